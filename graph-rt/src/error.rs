@@ -1,0 +1,187 @@
+//! The one error type of graph-rt, and the helper that turns a driver result into it.
+
+use cuda_sys::{CUresult, LoadError};
+
+/// Everything that can go wrong in graph-rt.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A driver call returned an error code.
+    #[error("{call} failed: {name} ({text}){}", hint_suffix(.hint))]
+    Driver {
+        /// The driver function, e.g. `cuLaunchKernel`.
+        call: &'static str,
+        /// The raw result code.
+        code: CUresult,
+        /// The code's name, e.g. `CUDA_ERROR_INVALID_VALUE`.
+        name: String,
+        /// The driver's description of the code.
+        text: String,
+        /// What the caller can do about it, when graph-rt knows.
+        hint: Option<String>,
+    },
+    /// The driver library, or a function of it, is not available.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// An argument graph-rt checks itself is invalid; nothing was sent to the driver.
+    #[error("{call}: {reason}")]
+    InvalidArgument {
+        /// The graph-rt or driver function the argument was for.
+        call: &'static str,
+        /// What is wrong and what would be right.
+        reason: String,
+    },
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(": {h}")).unwrap_or_default()
+}
+
+/// Result of graph-rt operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// The driver's result code, if this error came from a driver call.
+    pub fn code(&self) -> Option<CUresult> {
+        match self {
+            Error::Driver { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The driver call that failed, if this error came from one.
+    pub fn call(&self) -> Option<&'static str> {
+        match self {
+            Error::Driver { call, .. } | Error::InvalidArgument { call, .. } => Some(call),
+            Error::Load(_) => None,
+        }
+    }
+
+    /// Builds the error of a failed driver call, with the code's name, text and a hint.
+    #[cold]
+    pub fn driver(call: &'static str, code: CUresult) -> Self {
+        let (name, text) = describe(code);
+        Error::Driver {
+            call,
+            code,
+            name,
+            text,
+            hint: hint(code).map(str::to_owned),
+        }
+    }
+
+    /// Replaces the hint of a driver error with a more precise one (e.g. a launch diagnosis).
+    pub fn with_hint(mut self, new: impl Into<String>) -> Self {
+        if let Error::Driver { hint, .. } = &mut self {
+            *hint = Some(new.into());
+        }
+        self
+    }
+
+    pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            call,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Turns the outcome of a generated driver function into a [`Result`].
+#[inline]
+pub fn check(call: &'static str, result: Result<CUresult, LoadError>) -> Result<()> {
+    match result {
+        Ok(CUresult::CUDA_SUCCESS) => Ok(()),
+        Ok(code) => Err(Error::driver(call, code)),
+        Err(e) => Err(Error::Load(e)),
+    }
+}
+
+fn describe(code: CUresult) -> (String, String) {
+    let mut name = std::ptr::null();
+    let mut text = std::ptr::null();
+    // SAFETY: the driver writes pointers to static NUL-terminated strings, or leaves them null.
+    unsafe {
+        let _ = cuda_sys::cuGetErrorName(code, &mut name);
+        let _ = cuda_sys::cuGetErrorString(code, &mut text);
+    }
+    let read = |p: *const std::ffi::c_char| {
+        // SAFETY: non-null pointers from cuGetErrorName/String point at static C strings.
+        (!p.is_null()).then(|| {
+            unsafe { std::ffi::CStr::from_ptr(p) }
+                .to_string_lossy()
+                .into_owned()
+        })
+    };
+    (
+        read(name).unwrap_or_else(|| format!("CUresult {}", code.0)),
+        read(text).unwrap_or_else(|| "unknown error code".to_owned()),
+    )
+}
+
+fn hint(code: CUresult) -> Option<&'static str> {
+    Some(match code {
+        CUresult::CUDA_ERROR_NO_DEVICE => "no CUDA device is visible: check nvidia-smi and CUDA_VISIBLE_DEVICES",
+        CUresult::CUDA_ERROR_INVALID_DEVICE => "the device ordinal is out of range: see `graph-rt info` for the devices",
+        CUresult::CUDA_ERROR_OUT_OF_MEMORY => "the device is out of memory: free buffers or allocate less",
+        CUresult::CUDA_ERROR_INVALID_CONTEXT => "no valid context is current on this thread: bind one with Context::bind",
+        CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION => "the PTX was made by a newer compiler than this driver: update the driver or compile for an older PTX ISA",
+        CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU => "the module has no code for this GPU: ship PTX or a cubin for its compute capability",
+        CUresult::CUDA_ERROR_INVALID_PTX | CUresult::CUDA_ERROR_INVALID_IMAGE => "the module image is malformed or for another target: see the JIT log",
+        CUresult::CUDA_ERROR_NOT_FOUND => "no such symbol in the module: check the kernel's name (extern \"C\" avoids C++ name mangling)",
+        CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => "the kernel needs more registers or shared memory than this block size allows: use smaller blocks",
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS => "a kernel accessed invalid memory; the context is now unusable: run under compute-sanitizer",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => "this operation is not allowed while a stream is capturing",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => "an earlier illegal operation invalidated the capture: end it and capture again",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION => "the capture depends on work outside it: join other streams with events before ending the capture",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => "a legacy-stream operation would synchronize with the capture: use non-blocking streams",
+        CUresult::CUDA_ERROR_NOT_PERMITTED => "this operation is not permitted here (e.g. during stream capture)",
+        CUresult::CUDA_ERROR_NOT_SUPPORTED => "the device or driver does not support this operation",
+        CUresult::CUDA_ERROR_INVALID_HANDLE => "a handle is invalid or belongs to another context",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_errors_say_what_to_do() {
+        let e = Error::from(LoadError::Library {
+            reason: "libcuda.so.1: cannot open shared object file".into(),
+        });
+        let msg = e.to_string();
+        assert!(msg.contains("libcuda.so.1"), "{msg}");
+        assert!(msg.contains("install the NVIDIA driver"), "{msg}");
+        let e = Error::from(LoadError::Unsupported {
+            symbol: "cuFuncGetParamInfo",
+            needed: 12040,
+            found: 12030,
+            simulated: false,
+        });
+        assert_eq!(
+            e.to_string(),
+            "`cuFuncGetParamInfo` needs a driver of CUDA 12.4 or newer; this driver supports CUDA 12.3"
+        );
+    }
+
+    #[test]
+    fn check_passes_success_and_maps_load_errors() {
+        assert!(check("cuInit", Ok(CUresult::CUDA_SUCCESS)).is_ok());
+        let e = check(
+            "cuInit",
+            Err(LoadError::NotADriver {
+                symbol: "cuDriverGetVersion",
+            }),
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::Load(_)));
+    }
+
+    #[test]
+    fn invalid_argument_names_the_call() {
+        let e = Error::invalid("DeviceBuffer::copy_from_host", "length 3 != 4");
+        assert_eq!(e.call(), Some("DeviceBuffer::copy_from_host"));
+        assert_eq!(e.to_string(), "DeviceBuffer::copy_from_host: length 3 != 4");
+    }
+}

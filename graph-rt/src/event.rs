@@ -1,0 +1,117 @@
+//! Events: markers in a stream, for ordering across streams and for timing.
+
+use cuda_sys::{CUevent, CUevent_flags};
+
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+use crate::stream::Stream;
+
+/// What an event records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EventFlags {
+    /// Records time stamps (needed by [`Event::elapsed_ms`]).
+    #[default]
+    Timing,
+    /// No time stamps: cheaper, for ordering only (`CU_EVENT_DISABLE_TIMING`).
+    DisableTiming,
+    /// Time stamps, and [`Event::synchronize`] blocks the thread instead of spinning
+    /// (`CU_EVENT_BLOCKING_SYNC`).
+    BlockingSync,
+}
+
+/// A CUDA event, destroyed on drop.
+pub struct Event {
+    raw: CUevent,
+    ctx: Context,
+}
+
+// SAFETY: CUevent handles may be used from any thread.
+unsafe impl Send for Event {}
+// SAFETY: as above; the driver serialises concurrent use.
+unsafe impl Sync for Event {}
+
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Event").field("raw", &self.raw).finish()
+    }
+}
+
+impl Event {
+    /// A new event of `ctx` (`cuEventCreate`).
+    pub fn new(ctx: &Context, flags: EventFlags) -> Result<Self> {
+        ctx.bind()?;
+        let flags = match flags {
+            EventFlags::Timing => CUevent_flags::CU_EVENT_DEFAULT,
+            EventFlags::DisableTiming => CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            EventFlags::BlockingSync => CUevent_flags::CU_EVENT_BLOCKING_SYNC,
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        check("cuEventCreate", unsafe {
+            cuda_sys::cuEventCreate(&mut raw, flags.0)
+        })?;
+        Ok(Self {
+            raw,
+            ctx: ctx.clone(),
+        })
+    }
+
+    /// The raw `CUevent`. Do not destroy it while this value lives.
+    pub fn as_raw(&self) -> CUevent {
+        self.raw
+    }
+
+    /// Records the event at the current end of `stream` (`cuEventRecord`).
+    pub fn record(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid event and stream.
+        check("cuEventRecord", unsafe {
+            cuda_sys::cuEventRecord(self.raw, stream.as_raw())
+        })
+    }
+
+    /// Waits until the recorded work is done (`cuEventSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid event.
+        check("cuEventSynchronize", unsafe {
+            cuda_sys::cuEventSynchronize(self.raw)
+        })
+    }
+
+    /// Whether the recorded work is done (`cuEventQuery`), without waiting.
+    pub fn is_complete(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: valid event.
+        match unsafe { cuda_sys::cuEventQuery(self.raw) }? {
+            cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
+            cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(Error::driver("cuEventQuery", code)),
+        }
+    }
+
+    /// Milliseconds between `start` and `end` (`cuEventElapsedTime`); both must be recorded with
+    /// timing enabled and complete.
+    pub fn elapsed_ms(start: &Event, end: &Event) -> Result<f32> {
+        start.ctx.bind()?;
+        let mut ms = 0.0f32;
+        // SAFETY: valid out-pointer and events.
+        check("cuEventElapsedTime", unsafe {
+            cuda_sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
+        })?;
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        let inner = &self.ctx.inner;
+        // SAFETY: we created the event; destroying a recorded event is allowed.
+        let r = inner.bind().and_then(|_| {
+            check("cuEventDestroy", unsafe {
+                cuda_sys::cuEventDestroy(self.raw)
+            })
+        });
+        inner.record(r);
+    }
+}

@@ -1,0 +1,48 @@
+//! Safe CUDA runtime types and CUDA-graph wrappers: the core of graph-rt.
+//!
+//! Data flows one way: [`Context`] → [`Stream`] → launch. Every type owns its driver handle and
+//! releases it on drop without panicking (failures are logged and kept for
+//! [`Context::take_deferred_errors`]); every type has `as_raw` and an `unsafe from_raw` so that
+//! handles from PyTorch, cuBLAS or cudarc can be used.
+//!
+//! ```no_run
+//! use graph_rt_core::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
+//!
+//! # fn main() -> graph_rt_core::Result<()> {
+//! let ctx = Context::new(0)?;
+//! let stream = Stream::new(&ctx)?;
+//! let module = Module::from_ptx(&ctx, graph_rt_kernels::AXPY.ptx)?;
+//! let axpy = module.function("axpy_f32")?;
+//! let x = DeviceBuffer::from_host(&ctx, &[1.0f32; 1024])?;
+//! let mut y = DeviceBuffer::from_host(&ctx, &[2.0f32; 1024])?;
+//! // SAFETY: axpy_f32(float a, const float* x, float* y, int n) touches n elements of each.
+//! unsafe { stream.launch(&axpy, &LaunchConfig::for_elements(1024, 256), (3.0f32, &x, &mut y, 1024i32))? };
+//! stream.synchronize()?;
+//! assert_eq!(y.to_vec()?[0], 5.0);
+//! # Ok(()) }
+//! ```
+#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+
+mod context;
+mod device;
+mod error;
+mod event;
+mod launch;
+mod memory;
+mod module;
+mod stream;
+
+pub use context::{current_raw as current_context_raw, Context};
+pub use device::{driver_version, graph_features, init, Device, Feature};
+pub use error::{check, Error, Result};
+pub use event::{Event, EventFlags};
+pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig};
+pub use memory::{DeviceBuffer, PinnedHostBuffer};
+pub use module::{Function, Module, ParamInfo};
+pub use stream::{Stream, StreamFlags};
+
+/// The raw driver bindings this crate is built on.
+pub use cuda_sys as sys;
+
+#[cfg(test)]
+mod tests;

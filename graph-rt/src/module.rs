@@ -1,0 +1,281 @@
+//! Modules (loaded PTX, cubin or fatbin images) and the kernels in them.
+
+use std::ffi::{c_uint, c_void, CString};
+use std::sync::{Arc, OnceLock};
+
+use cuda_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUmodule};
+
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+
+/// A loaded module. Cloning shares it; it is unloaded when the last clone and the last
+/// [`Function`] taken from it are gone.
+#[derive(Clone)]
+pub struct Module {
+    inner: Arc<ModuleInner>,
+}
+
+struct ModuleInner {
+    raw: CUmodule,
+    ctx: Context,
+    owned: bool,
+}
+
+// SAFETY: module handles may be used from any thread of the process.
+unsafe impl Send for ModuleInner {}
+// SAFETY: as above; a module is immutable once loaded.
+unsafe impl Sync for ModuleInner {}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module")
+            .field("raw", &self.inner.raw)
+            .finish()
+    }
+}
+
+const LOG_BYTES: usize = 8192;
+
+impl Module {
+    /// JIT-compiles and loads PTX text (`cuModuleLoadDataEx`). On failure the error carries the
+    /// JIT compiler's log.
+    pub fn from_ptx(ctx: &Context, ptx: &str) -> Result<Self> {
+        let text = CString::new(ptx).map_err(|_| {
+            Error::invalid("cuModuleLoadDataEx", "the PTX text contains a NUL byte")
+        })?;
+        Self::load(ctx, text.as_ptr().cast())
+    }
+
+    /// Loads a cubin (an ELF image for this GPU's architecture).
+    pub fn from_cubin(ctx: &Context, image: &[u8]) -> Result<Self> {
+        Self::from_binary(ctx, image, b"\x7fELF", "cubin")
+    }
+
+    /// Loads a fatbin (as written by `nvcc -fatbin`).
+    pub fn from_fatbin(ctx: &Context, image: &[u8]) -> Result<Self> {
+        Self::from_binary(ctx, image, &0xBA55_ED50u32.to_le_bytes(), "fatbin")
+    }
+
+    fn from_binary(ctx: &Context, image: &[u8], magic: &[u8], kind: &str) -> Result<Self> {
+        if !image.starts_with(magic) {
+            return Err(Error::invalid(
+                "cuModuleLoadDataEx",
+                format!("the image is not a {kind} (wrong magic number)"),
+            ));
+        }
+        // The driver reads the image through typed headers: give it 8-byte-aligned memory.
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+        Self::load(ctx, aligned.as_ptr().cast())
+    }
+
+    fn load(ctx: &Context, image: *const c_void) -> Result<Self> {
+        ctx.bind()?;
+        let mut log = vec![0u8; LOG_BYTES];
+        let mut options = [
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        let mut values = [log.as_mut_ptr().cast::<c_void>(), LOG_BYTES as *mut c_void];
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image; the option
+        // arrays have matching lengths; the log buffer holds LOG_BYTES bytes.
+        let r = check("cuModuleLoadDataEx", unsafe {
+            cuda_sys::cuModuleLoadDataEx(
+                &mut raw,
+                image,
+                options.len() as c_uint,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        });
+        if let Err(e) = r {
+            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+            let log = String::from_utf8_lossy(&log[..end]).trim().to_owned();
+            return Err(if log.is_empty() {
+                e
+            } else {
+                e.with_hint(format!("JIT log: {log}"))
+            });
+        }
+        Ok(Self {
+            inner: Arc::new(ModuleInner {
+                raw,
+                ctx: ctx.clone(),
+                owned: true,
+            }),
+        })
+    }
+
+    /// Wraps a module loaded elsewhere. graph-rt never unloads it.
+    ///
+    /// # Safety
+    /// `raw` must be a module of `ctx` that stays loaded while the value or any function taken
+    /// from it lives.
+    pub unsafe fn from_raw(ctx: &Context, raw: CUmodule) -> Self {
+        Self {
+            inner: Arc::new(ModuleInner {
+                raw,
+                ctx: ctx.clone(),
+                owned: false,
+            }),
+        }
+    }
+
+    /// The raw `CUmodule`. Do not unload it.
+    pub fn as_raw(&self) -> CUmodule {
+        self.inner.raw
+    }
+
+    /// The kernel `name` (`cuModuleGetFunction`); C++ kernels need their mangled name.
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let cname = CString::new(name)
+            .map_err(|_| Error::invalid("cuModuleGetFunction", "the name contains a NUL byte"))?;
+        self.inner.ctx.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, module and NUL-terminated name.
+        check("cuModuleGetFunction", unsafe { cuda_sys::cuModuleGetFunction(&mut raw, self.inner.raw, cname.as_ptr()) })
+            .map_err(|e| e.with_hint(format!("the module has no kernel named `{name}` (C++ kernels need extern \"C\" or their mangled name)")))?;
+        Ok(Function {
+            inner: Arc::new(FunctionInner {
+                raw,
+                name: name.to_owned(),
+                _module: self.clone(),
+                layout: OnceLock::new(),
+            }),
+        })
+    }
+}
+
+impl Drop for ModuleInner {
+    fn drop(&mut self) {
+        if self.owned {
+            let inner = &self.ctx.inner;
+            // SAFETY: we loaded the module; no Function of it is alive (they hold this value).
+            let r = inner.bind().and_then(|_| {
+                check("cuModuleUnload", unsafe {
+                    cuda_sys::cuModuleUnload(self.raw)
+                })
+            });
+            inner.record(r);
+        }
+    }
+}
+
+/// Where one kernel parameter sits in the kernel's parameter buffer (`cuFuncGetParamInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ParamInfo {
+    /// Byte offset in the parameter buffer.
+    pub offset: usize,
+    /// Size in bytes.
+    pub size: usize,
+}
+
+/// A kernel of a loaded module. Cloning is cheap; it keeps its module loaded.
+#[derive(Clone)]
+pub struct Function {
+    inner: Arc<FunctionInner>,
+}
+
+struct FunctionInner {
+    raw: CUfunction,
+    name: String,
+    _module: Module,
+    layout: OnceLock<Result<Vec<ParamInfo>>>,
+}
+
+// SAFETY: function handles may be used from any thread; the layout cache is a OnceLock.
+unsafe impl Send for FunctionInner {}
+// SAFETY: as above.
+unsafe impl Sync for FunctionInner {}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.inner.name)
+            .field("raw", &self.inner.raw)
+            .finish()
+    }
+}
+
+impl Function {
+    /// The raw `CUfunction`, valid while this value lives.
+    #[inline]
+    pub fn as_raw(&self) -> CUfunction {
+        self.inner.raw
+    }
+
+    /// The kernel's name as it was looked up.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The kernel's parameters, read once with `cuFuncGetParamInfo` (CUDA 12.4) and cached.
+    #[inline]
+    pub fn param_layout(&self) -> Result<&[ParamInfo]> {
+        match self.inner.layout.get_or_init(|| self.read_layout()) {
+            Ok(v) => Ok(v),
+            Err(e) => Err(e.clone()),
+        }
+    }
+
+    fn read_layout(&self) -> Result<Vec<ParamInfo>> {
+        let mut out = Vec::new();
+        for index in 0.. {
+            let (mut offset, mut size) = (0usize, 0usize);
+            // SAFETY: valid out-pointers and function handle.
+            let r = unsafe {
+                cuda_sys::cuFuncGetParamInfo(self.inner.raw, index, &mut offset, &mut size)
+            }?;
+            match r {
+                cuda_sys::CUresult::CUDA_SUCCESS => out.push(ParamInfo { offset, size }),
+                // Past the last parameter.
+                cuda_sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
+                code => return Err(Error::driver("cuFuncGetParamInfo", code)),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads an attribute (`cuFuncGetAttribute`).
+    pub fn attribute(&self, attribute: FnAttr) -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: valid out-pointer and function.
+        check("cuFuncGetAttribute", unsafe {
+            cuda_sys::cuFuncGetAttribute(&mut v, attribute, self.inner.raw)
+        })?;
+        Ok(v)
+    }
+
+    /// The most threads a block of this kernel can have.
+    pub fn max_threads_per_block(&self) -> Result<i32> {
+        self.attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+    }
+
+    /// Registers per thread.
+    pub fn num_registers(&self) -> Result<i32> {
+        self.attribute(FnAttr::CU_FUNC_ATTRIBUTE_NUM_REGS)
+    }
+
+    /// Static shared memory per block, in bytes.
+    pub fn static_shared_bytes(&self) -> Result<i32> {
+        self.attribute(FnAttr::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+    }
+
+    /// The most dynamic shared memory a launch may ask for, in bytes.
+    pub fn max_dynamic_shared_bytes(&self) -> Result<i32> {
+        self.attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+    }
+
+    /// Allows launches with up to `bytes` of dynamic shared memory (above 48 KiB needs this).
+    pub fn set_max_dynamic_shared_bytes(&self, bytes: i32) -> Result<()> {
+        // SAFETY: valid function; the driver validates the value.
+        check("cuFuncSetAttribute", unsafe {
+            cuda_sys::cuFuncSetAttribute(
+                self.inner.raw,
+                FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+        })
+    }
+}

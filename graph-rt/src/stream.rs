@@ -1,0 +1,192 @@
+//! Streams: ordered queues of device work.
+
+use std::sync::Arc;
+
+use cuda_sys::{CUstream, CUstream_flags};
+
+use crate::context::{Context, ContextInner};
+use crate::error::{check, Result};
+use crate::event::Event;
+
+/// How a stream orders itself against the legacy default stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StreamFlags {
+    /// Does not synchronize with the legacy default stream (`CU_STREAM_NON_BLOCKING`): what stream
+    /// capture wants, and the default here.
+    #[default]
+    NonBlocking,
+    /// Synchronizes with the legacy default stream (`CU_STREAM_DEFAULT`).
+    Blocking,
+}
+
+/// A CUDA stream owned by graph-rt (destroyed on drop), or a foreign one (see [`Stream::from_raw`]).
+///
+/// A stream may be used from several threads; work is ordered in the order the calls reach the
+/// driver.
+///
+/// Buffers allocated in stream order keep the stream alive until they are freed.
+pub struct Stream {
+    inner: Arc<StreamInner>,
+}
+
+pub(crate) struct StreamInner {
+    raw: CUstream,
+    ctx: Context,
+    owned: bool,
+}
+
+// SAFETY: CUstream handles may be used from any thread; graph-rt binds the context first.
+unsafe impl Send for StreamInner {}
+// SAFETY: as above; the driver serialises concurrent calls on one stream.
+unsafe impl Sync for StreamInner {}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("raw", &self.inner.raw)
+            .field("owned", &self.inner.owned)
+            .finish()
+    }
+}
+
+impl Stream {
+    /// A new non-blocking stream of default priority.
+    pub fn new(ctx: &Context) -> Result<Self> {
+        Self::with_options(ctx, StreamFlags::NonBlocking, 0)
+    }
+
+    /// A new stream with `flags` and `priority` (lower numbers are higher priority; the range is
+    /// [`Stream::priority_range`], and the driver clamps values outside it).
+    pub fn with_options(ctx: &Context, flags: StreamFlags, priority: i32) -> Result<Self> {
+        ctx.bind()?;
+        let flags = match flags {
+            StreamFlags::NonBlocking => CUstream_flags::CU_STREAM_NON_BLOCKING,
+            StreamFlags::Blocking => CUstream_flags::CU_STREAM_DEFAULT,
+        };
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the context is current.
+        check("cuStreamCreateWithPriority", unsafe {
+            cuda_sys::cuStreamCreateWithPriority(&mut raw, flags.0, priority)
+        })?;
+        Ok(Self::wrap(raw, ctx, true))
+    }
+
+    /// `(least, greatest)` stream priority of the context (`cuCtxGetStreamPriorityRange`).
+    pub fn priority_range(ctx: &Context) -> Result<(i32, i32)> {
+        ctx.bind()?;
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: valid out-pointers; the context is current.
+        check("cuCtxGetStreamPriorityRange", unsafe {
+            cuda_sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
+        })?;
+        Ok((least, greatest))
+    }
+
+    /// Wraps a stream made elsewhere (PyTorch, cuBLAS, cudarc). graph-rt never destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a valid stream of `ctx` (or null for the legacy default stream) that
+    /// outlives the returned value and all work graph-rt queues on it.
+    pub unsafe fn from_raw(ctx: &Context, raw: CUstream) -> Self {
+        Self::wrap(raw, ctx, false)
+    }
+
+    fn wrap(raw: CUstream, ctx: &Context, owned: bool) -> Self {
+        Self {
+            inner: Arc::new(StreamInner {
+                raw,
+                ctx: ctx.clone(),
+                owned,
+            }),
+        }
+    }
+
+    /// The raw `CUstream`. Do not destroy it while this value lives.
+    #[inline]
+    pub fn as_raw(&self) -> CUstream {
+        self.inner.raw
+    }
+
+    /// The context of this stream.
+    #[inline]
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    pub(crate) fn ctx_inner(&self) -> &Arc<ContextInner> {
+        &self.inner.ctx.inner
+    }
+
+    pub(crate) fn shared(&self) -> Arc<StreamInner> {
+        self.inner.clone()
+    }
+
+    /// The stream's priority (`cuStreamGetPriority`).
+    pub fn priority(&self) -> Result<i32> {
+        let mut p = 0;
+        // SAFETY: valid out-pointer and stream.
+        check("cuStreamGetPriority", unsafe {
+            cuda_sys::cuStreamGetPriority(self.as_raw(), &mut p)
+        })?;
+        Ok(p)
+    }
+
+    /// Waits until all work queued on the stream is done (`cuStreamSynchronize`).
+    pub fn synchronize(&self) -> Result<()> {
+        self.context().bind()?;
+        // SAFETY: valid stream of the current context.
+        check("cuStreamSynchronize", unsafe {
+            cuda_sys::cuStreamSynchronize(self.as_raw())
+        })
+    }
+
+    /// Whether all queued work is done (`cuStreamQuery`), without waiting.
+    pub fn is_idle(&self) -> Result<bool> {
+        self.context().bind()?;
+        // SAFETY: valid stream of the current context.
+        match unsafe { cuda_sys::cuStreamQuery(self.as_raw()) }? {
+            cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
+            cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(crate::Error::driver("cuStreamQuery", code)),
+        }
+    }
+
+    /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`), without blocking
+    /// the host.
+    pub fn wait(&self, event: &Event) -> Result<()> {
+        self.context().bind()?;
+        // SAFETY: valid stream and event.
+        check("cuStreamWaitEvent", unsafe {
+            cuda_sys::cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)
+        })
+    }
+
+    /// Records a new event on the stream and returns it.
+    pub fn record_event(&self) -> Result<Event> {
+        let e = Event::new(self.context(), crate::event::EventFlags::DisableTiming)?;
+        e.record(self)?;
+        Ok(e)
+    }
+}
+
+impl StreamInner {
+    pub(crate) fn raw(&self) -> CUstream {
+        self.raw
+    }
+}
+
+impl Drop for StreamInner {
+    fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
+        let inner = &self.ctx.inner;
+        // SAFETY: we created the stream; work queued on it still completes after destruction.
+        let r = inner.bind().and_then(|_| {
+            check("cuStreamDestroy", unsafe {
+                cuda_sys::cuStreamDestroy(self.raw)
+            })
+        });
+        inner.record(r);
+    }
+}

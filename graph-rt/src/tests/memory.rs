@@ -1,0 +1,89 @@
+use rand::RngCore;
+
+use super::ctx;
+use crate::{DeviceBuffer, Error, PinnedHostBuffer, Stream};
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn round_trips_of_odd_sizes() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    for n in [0usize, 1, 3, 17, 1023, 65_537, 1_000_003] {
+        let mut src = vec![0u8; n];
+        rand::rng().fill_bytes(&mut src);
+        // Synchronous H2D, D2D, D2H.
+        let a = DeviceBuffer::from_host(&ctx, &src).unwrap();
+        let mut b = DeviceBuffer::<u8>::alloc(&ctx, n).unwrap();
+        b.fill_bytes(0xAB).unwrap();
+        b.copy_from_device(&a).unwrap();
+        assert_eq!(b.to_vec().unwrap(), src, "sync round trip of {n} bytes");
+        // Stream-ordered allocation and pinned asynchronous copies.
+        let pinned_in = PinnedHostBuffer::from_slice(&ctx, &src).unwrap();
+        let mut pinned_out = PinnedHostBuffer::<u8>::zeroed(&ctx, n).unwrap();
+        let mut c = DeviceBuffer::<u8>::alloc_async(&stream, n).unwrap();
+        let mut d = DeviceBuffer::<u8>::alloc_async(&stream, n).unwrap();
+        // SAFETY: both pinned buffers outlive the copies: the stream is synchronized below.
+        unsafe {
+            c.copy_from_pinned_async(&pinned_in, &stream).unwrap();
+            d.copy_from_device_async(&c, &stream).unwrap();
+            d.copy_to_pinned_async(&mut pinned_out, &stream).unwrap();
+        }
+        stream.synchronize().unwrap();
+        assert_eq!(&pinned_out[..], &src[..], "async round trip of {n} bytes");
+    }
+    assert!(ctx.take_deferred_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn typed_round_trip_and_fills() {
+    let ctx = ctx();
+    let src: Vec<f64> = (0..4099).map(|_| rand::random::<f64>()).collect();
+    let buf = DeviceBuffer::from_host(&ctx, &src).unwrap();
+    assert_eq!(buf.to_vec().unwrap(), src);
+    let mut f = DeviceBuffer::<f32>::alloc(&ctx, 333).unwrap();
+    f.fill_u32(1.5f32.to_bits()).unwrap();
+    assert!(f.to_vec().unwrap().iter().all(|&v| v == 1.5));
+    f.fill_zero().unwrap();
+    assert!(f.to_vec().unwrap().iter().all(|&v| v == 0.0));
+    let mut odd = DeviceBuffer::<u16>::alloc(&ctx, 3).unwrap();
+    assert!(matches!(
+        odd.fill_u32(0),
+        Err(Error::InvalidArgument { .. })
+    ));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn length_mismatches_are_errors_not_panics() {
+    let ctx = ctx();
+    let mut a = DeviceBuffer::<f32>::alloc(&ctx, 4).unwrap();
+    let e = a.copy_from_host(&[1.0; 3]).unwrap_err();
+    assert!(e.to_string().contains("4 elements"), "{e}");
+    let mut out = [0.0f32; 5];
+    assert!(a.copy_to_host(&mut out).is_err());
+    let b = DeviceBuffer::<f32>::alloc(&ctx, 2).unwrap();
+    assert!(a.copy_from_device(&b).is_err());
+    let huge = DeviceBuffer::<f64>::alloc(&ctx, usize::MAX / 4).unwrap_err();
+    assert!(matches!(huge, Error::InvalidArgument { .. }), "{huge}");
+    let oom = DeviceBuffer::<u8>::alloc(&ctx, 1 << 50).unwrap_err();
+    assert_eq!(oom.call(), Some("cuMemAlloc"));
+    assert_eq!(
+        oom.code(),
+        Some(cuda_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn foreign_memory_is_not_freed() {
+    let ctx = ctx();
+    let owner = DeviceBuffer::from_host(&ctx, &[7u32; 16]).unwrap();
+    {
+        // SAFETY: `owner` outlives the view and nobody writes it meanwhile.
+        let view = unsafe { DeviceBuffer::<u32>::from_raw(&ctx, owner.as_raw(), 16) };
+        assert_eq!(view.to_vec().unwrap(), vec![7; 16]);
+    }
+    assert_eq!(owner.to_vec().unwrap(), vec![7; 16]);
+    assert!(ctx.take_deferred_errors().is_empty());
+}

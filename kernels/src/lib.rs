@@ -1,0 +1,161 @@
+//! Precompiled PTX for the CUDA kernels shipped with graph-rt.
+//!
+//! The CUDA C sources live in `kernels/cuda/`; `kernels/compile.py` compiles
+//! them with NVRTC 12.4 (`--gpu-architecture=compute_70 --std=c++17`) into
+//! `kernels/ptx/`, which is checked in and embedded here with `include_str!`.
+//! The PTX uses ISA version 8.4 and targets `sm_70`, so any driver supporting
+//! CUDA 12.4 or newer can JIT it for any GPU of compute capability 7.0 or
+//! newer. No CUDA toolkit is needed to build this crate.
+//!
+//! All kernels operate on `f32` and take device pointers.
+
+/// One PTX module: the compiled form of one `kernels/cuda/<name>.cu` file.
+#[derive(Debug, Clone, Copy)]
+pub struct Kernel {
+    /// File stem of the source and PTX (`kernels/cuda/<name>.cu`).
+    pub name: &'static str,
+    /// NUL-free PTX text, ready for `cuModuleLoadData` after appending a NUL.
+    pub ptx: &'static str,
+    /// Names of the `extern "C" __global__` functions the module exports.
+    pub entry_points: &'static [&'static str],
+}
+
+/// `chain.cu`: the workload of the kernel-chain benchmark.
+///
+/// ```c
+/// extern "C" __global__ void add1(const float* x, float* y, int n);
+/// ```
+///
+/// `y[i] = x[i] + 1.0f` for `i < n`, one thread per element
+/// (`i = blockIdx.x * blockDim.x + threadIdx.x`), so the grid must cover `n`.
+/// `x` and `y` are `__restrict__`: pass distinct buffers (ping-pong a chain).
+pub const CHAIN: Kernel = Kernel {
+    name: "chain",
+    ptx: include_str!("../ptx/chain.ptx"),
+    entry_points: &["add1"],
+};
+
+/// `axpy.cu`.
+///
+/// ```c
+/// extern "C" __global__ void axpy_f32(float a, const float* x, float* y, int n);
+/// ```
+///
+/// `y[i] = a * x[i] + y[i]` for `i < n`, grid-stride loop: any launch
+/// configuration covers all `n` elements. `x` and `y` must not alias.
+pub const AXPY: Kernel = Kernel {
+    name: "axpy",
+    ptx: include_str!("../ptx/axpy.ptx"),
+    entry_points: &["axpy_f32"],
+};
+
+/// `reduce.cu`: per-block partial sums.
+///
+/// ```c
+/// extern "C" __global__ void block_sum_f32(const float* x, float* partial, int n);
+/// ```
+///
+/// Block `b` sums its grid-stride slice of `x[0..n]` and writes the result to
+/// `partial[b]`, so `partial` needs `gridDim.x` elements and the sum of
+/// `partial` is the sum of `x`. `blockDim.x` must be a multiple of 32, at
+/// most 1024; uses 128 bytes of static shared memory.
+pub const REDUCE: Kernel = Kernel {
+    name: "reduce",
+    ptx: include_str!("../ptx/reduce.ptx"),
+    entry_points: &["block_sum_f32"],
+};
+
+/// `rmsnorm.cu`: RMS normalisation of each row of a row-major matrix.
+///
+/// ```c
+/// extern "C" __global__ void rmsnorm_f32(const float* x, const float* w,
+///                                        float* y, int cols, float eps);
+/// ```
+///
+/// Launch one block per row (`gridDim.x = rows`);
+/// `y[r, c] = x[r, c] * rsqrtf(mean_c(x[r, :]^2) + eps) * w[c]`.
+/// `blockDim.x` must be a multiple of 32, at most 1024. `x` and `y` must not
+/// alias.
+pub const RMSNORM: Kernel = Kernel {
+    name: "rmsnorm",
+    ptx: include_str!("../ptx/rmsnorm.ptx"),
+    entry_points: &["rmsnorm_f32"],
+};
+
+/// Every kernel module in this crate.
+pub const ALL: &[Kernel] = &[CHAIN, AXPY, REDUCE, RMSNORM];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn has_line(ptx: &str, line: &str) -> bool {
+        ptx.lines().any(|l| l.trim_end() == line)
+    }
+
+    #[test]
+    fn ptx_version_and_target() {
+        for k in ALL {
+            assert!(
+                has_line(k.ptx, ".version 8.4"),
+                "{}: not PTX ISA 8.4",
+                k.name
+            );
+            assert!(has_line(k.ptx, ".target sm_70"), "{}: not sm_70", k.name);
+            assert!(
+                has_line(k.ptx, ".address_size 64"),
+                "{}: not 64-bit",
+                k.name
+            );
+        }
+    }
+
+    #[test]
+    fn entry_points_declared() {
+        for k in ALL {
+            assert!(!k.entry_points.is_empty(), "{}: no entry points", k.name);
+            for e in k.entry_points {
+                let decl = format!(".visible .entry {e}(");
+                assert!(k.ptx.contains(&decl), "{}: missing {decl}", k.name);
+            }
+            let declared = k.ptx.matches(".visible .entry ").count();
+            assert_eq!(
+                declared,
+                k.entry_points.len(),
+                "{}: entry_points does not list every .entry",
+                k.name
+            );
+        }
+    }
+
+    #[test]
+    fn ptx_has_no_nul() {
+        for k in ALL {
+            assert!(!k.ptx.contains('\0'), "{}: embedded NUL", k.name);
+        }
+    }
+
+    #[test]
+    fn all_lists_every_ptx_file() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ptx");
+        let on_disk: BTreeSet<String> = std::fs::read_dir(&dir)
+            .expect("read kernels/ptx")
+            .map(|e| e.expect("dir entry").file_name().into_string().unwrap())
+            .filter(|n| n != "MANIFEST")
+            .collect();
+        let listed: BTreeSet<String> = ALL.iter().map(|k| format!("{}.ptx", k.name)).collect();
+        assert_eq!(listed.len(), ALL.len(), "duplicate names in ALL");
+        assert_eq!(on_disk, listed);
+    }
+
+    #[test]
+    fn embedded_ptx_matches_files() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ptx");
+        for k in ALL {
+            let path = dir.join(format!("{}.ptx", k.name));
+            let text = std::fs::read_to_string(&path).expect("read ptx");
+            assert_eq!(text, k.ptx, "{}: name does not match file", k.name);
+        }
+    }
+}
