@@ -1,1 +1,135 @@
-fn main() {}
+//! Eager launch overhead: graph-rt's typed launch vs a raw `cuLaunchKernel` through cuda-sys vs
+//! cudarc's launch builder, same kernel (`add1` over 4096 floats), same run.
+//!
+//! Each sample times a batch of launches on the host and synchronizes outside the timed region,
+//! so it measures what the host pays per launch, not the kernel.
+//!
+//! ```text
+//! cargo bench --bench launch
+//! ```
+
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use cudarc::driver::PushKernelArg;
+use graph_rt::sys;
+use graph_rt::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
+
+const N: usize = 4096;
+const BATCH: u64 = 256;
+
+/// Times `iters` launches in batches of BATCH, synchronizing (untimed) between batches so the
+/// launch queue never fills.
+fn time_batches(iters: u64, sync: &dyn Fn(), mut launch: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    let mut left = iters;
+    while left > 0 {
+        let k = left.min(BATCH);
+        sync();
+        let t = Instant::now();
+        for _ in 0..k {
+            launch();
+        }
+        total += t.elapsed();
+        left -= k;
+    }
+    sync();
+    total
+}
+
+fn launch_overhead(c: &mut Criterion) {
+    let ctx = match Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("launch bench skipped: {e}");
+            return;
+        }
+    };
+    let stream = Stream::new(&ctx).expect("stream");
+    let module = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN.ptx).expect("module");
+    let add1 = module.function("add1").expect("add1");
+    let x = DeviceBuffer::<f32>::zeroed(&ctx, N).expect("x");
+    let mut y = DeviceBuffer::<f32>::zeroed(&ctx, N).expect("y");
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let sync = || stream.synchronize().expect("sync");
+
+    let mut group = c.benchmark_group("eager_launch");
+    group
+        .sample_size(60)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+
+    group.bench_function("graph_rt_typed", |b| {
+        b.iter_custom(|iters| {
+            time_batches(iters, &sync, || {
+                // SAFETY: add1 touches N elements of x and y.
+                unsafe {
+                    stream
+                        .launch(&add1, &cfg, (&x, &mut y, N as i32))
+                        .expect("launch")
+                }
+            })
+        })
+    });
+
+    group.bench_function("raw_cuLaunchKernel", |b| {
+        let (xp, yp, n) = (x.as_raw(), y.as_raw(), N as i32);
+        b.iter_custom(|iters| {
+            time_batches(iters, &sync, || {
+                let mut params = [
+                    &xp as *const _ as *mut c_void,
+                    &yp as *const _ as *mut c_void,
+                    &n as *const _ as *mut c_void,
+                ];
+                // SAFETY: as above; the context is current on this thread (Context::new bound it).
+                let r = unsafe {
+                    sys::cuLaunchKernel(
+                        add1.as_raw(),
+                        cfg.grid.x,
+                        1,
+                        1,
+                        cfg.block.x,
+                        1,
+                        1,
+                        0,
+                        stream.as_raw(),
+                        params.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                assert_eq!(r, Ok(sys::CUresult::CUDA_SUCCESS));
+            })
+        })
+    });
+
+    let cu_ctx = cudarc::driver::CudaContext::new(0).expect("cudarc context");
+    let cu_stream = cu_ctx.new_stream().expect("cudarc stream");
+    let cu_module = cu_ctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt::kernels::CHAIN.ptx))
+        .expect("cudarc module");
+    let cu_add1 = cu_module.load_function("add1").expect("cudarc add1");
+    let cx = cu_stream.alloc_zeros::<f32>(N).expect("cudarc x");
+    let mut cy = cu_stream.alloc_zeros::<f32>(N).expect("cudarc y");
+    let cu_cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (cfg.grid.x, 1, 1),
+        block_dim: (cfg.block.x, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let cu_sync = || cu_stream.synchronize().expect("cudarc sync");
+    let n = N as i32;
+    group.bench_function("cudarc_launch_builder", |b| {
+        b.iter_custom(|iters| {
+            time_batches(iters, &cu_sync, || {
+                let mut builder = cu_stream.launch_builder(&cu_add1);
+                builder.arg(&cx).arg(&mut cy).arg(&n);
+                // SAFETY: as above.
+                unsafe { builder.launch(cu_cfg).expect("cudarc launch") };
+            })
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, launch_overhead);
+criterion_main!(benches);

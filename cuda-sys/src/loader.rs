@@ -313,3 +313,120 @@ macro_rules! driver_api {
         )*
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_format_as_the_driver_documents_them() {
+        assert_eq!(format_version(12040), "12.4");
+        assert_eq!(format_version(13000), "13.0");
+        assert_eq!(format_version(12090), "12.9");
+    }
+
+    #[test]
+    fn without_a_driver_the_error_names_the_library() {
+        // On a machine with a driver this checks the opposite: loading works and is recent enough.
+        match Driver::open() {
+            Ok(d) => assert!(d.version() >= MIN_DRIVER_VERSION),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(msg.contains(LIBRARY_NAME) || msg.contains("CUDA"), "{msg}");
+                // A generated function reports the same error instead of panicking.
+                let mut v = 0;
+                // SAFETY: valid out-pointer (the call does not happen: the driver is missing).
+                let r = unsafe { crate::cuDriverGetVersion(&mut v) };
+                assert_eq!(r, Err(e));
+            }
+        }
+    }
+
+    #[test]
+    fn unsupported_names_symbol_and_both_versions() {
+        let e = LoadError::Unsupported {
+            symbol: "cuGraphConditionalHandleCreate",
+            needed: 12030,
+            found: 12020,
+            simulated: true,
+        };
+        assert_eq!(
+            e.to_string(),
+            "`cuGraphConditionalHandleCreate` needs a driver of CUDA 12.3 or newer; this driver supports CUDA 12.2 (simulated)"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn resolves_lazily_at_the_header_abi() {
+        let d = driver().expect("driver");
+        let mut v = 0;
+        // SAFETY: valid out-pointer.
+        assert_eq!(
+            unsafe { crate::cuDriverGetVersion(&mut v) },
+            Ok(CUresult::CUDA_SUCCESS)
+        );
+        assert_eq!(v, d.version());
+        // A symbol the header declares at a version newer than any driver is refused, named.
+        let e = d.resolve(c"cuMemAlloc", 99_000).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoadError::Unsupported {
+                    symbol: "cuMemAlloc",
+                    needed: 99_000,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // A symbol no driver has.
+        let e = d.resolve(c"cuNoSuchFunction", 12000).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                LoadError::NotFound {
+                    symbol: "cuNoSuchFunction",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn simulated_version_env_applies_to_the_process_driver() {
+        // Run this test binary again, filtered to the child half below, with the variable set.
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--include-ignored",
+                "--exact",
+                "loader::tests::child_under_simulated_12_3",
+                "--nocapture",
+            ])
+            .env(SIMULATE_VERSION_ENV, "12030")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("1 passed"), "{text}");
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn child_under_simulated_12_3() {
+        if std::env::var(SIMULATE_VERSION_ENV).is_err() {
+            return;
+        }
+        let (mut offset, mut size) = (0, 0);
+        // SAFETY: the call never reaches the driver: the simulated driver lacks it.
+        let r =
+            unsafe { crate::cuFuncGetParamInfo(std::ptr::null_mut(), 0, &mut offset, &mut size) };
+        let e = r.unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "`cuFuncGetParamInfo` needs a driver of CUDA 12.4 or newer; this driver supports CUDA 12.3 (simulated)"
+        );
+    }
+}

@@ -1,0 +1,36 @@
+//! The `graph-rt` binary and the example: on a machine without a driver they exit non-zero with
+//! one line that says why, and no backtrace; with one, they succeed.
+
+use std::process::Command;
+
+fn run(cmd: &mut Command) -> (bool, String, String) {
+    let out = cmd.env("RUST_BACKTRACE", "1").output().expect("spawn");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn driver_present() -> bool {
+    graph_rt::sys::driver().is_ok()
+}
+
+#[test]
+fn info_reports_the_driver_or_says_why_not() {
+    let (ok, stdout, stderr) = run(Command::new(env!("CARGO_BIN_EXE_graph-rt")).arg("info"));
+    if driver_present() {
+        assert!(ok, "{stderr}");
+        assert!(
+            stdout.contains("driver: CUDA") && stdout.contains("graph features"),
+            "{stdout}"
+        );
+    } else {
+        assert!(!ok);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            stderr.contains("libcuda.so.1") && !stderr.contains("panicked"),
+            "{stderr}"
+        );
+    }
+}
