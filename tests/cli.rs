@@ -19,7 +19,8 @@ fn driver_present() -> bool {
 #[test]
 fn info_reports_the_driver_or_says_why_not() {
     // The GPU suite runs this test away from the build tree and says where the binary is.
-    let bin = std::env::var("GRAPH_RT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_graph-rt").to_owned());
+    let bin =
+        std::env::var("GRAPH_RT_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_graph-rt").to_owned());
     let (ok, stdout, stderr) = run(Command::new(bin).arg("info"));
     if driver_present() {
         assert!(ok, "{stderr}");

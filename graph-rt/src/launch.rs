@@ -1,7 +1,9 @@
 //! Typed kernel launch: launch configuration, the kernel-argument traits, and the launch itself.
 
+use std::any::Any;
 use std::ffi::c_void;
 use std::mem::size_of;
+use std::sync::Arc;
 
 use bytemuck::Pod;
 use cuda_sys::{CUdeviceptr, CUlaunchAttribute, CUlaunchAttributeID, CUlaunchConfig, CUresult};
@@ -149,6 +151,9 @@ impl LaunchConfig {
     }
 }
 
+/// Something a graph keeps alive while any of its nodes may use it (an allocation, a module).
+pub type Resource = Arc<dyn Any + Send + Sync>;
+
 /// A value that can be passed to a kernel parameter.
 ///
 /// `Param` is the plain value the kernel receives (a number, a device address, a struct passed
@@ -159,6 +164,9 @@ pub trait KernelArg {
     type Param: Copy + 'static;
     /// The value for this launch.
     fn to_param(&self) -> Self::Param;
+    /// Adds what must stay alive while a graph node launched with this argument exists (the
+    /// allocation behind a device address). Plain values have nothing to keep.
+    fn retain(&self, _keep: &mut Vec<Resource>) {}
 }
 
 macro_rules! by_value {
@@ -178,6 +186,9 @@ impl<T: Pod> KernelArg for &DeviceBuffer<T> {
     fn to_param(&self) -> CUdeviceptr {
         self.as_raw()
     }
+    fn retain(&self, keep: &mut Vec<Resource>) {
+        keep.push(self.allocation().clone());
+    }
 }
 
 impl<T: Pod> KernelArg for &mut DeviceBuffer<T> {
@@ -186,6 +197,9 @@ impl<T: Pod> KernelArg for &mut DeviceBuffer<T> {
     fn to_param(&self) -> CUdeviceptr {
         self.as_raw()
     }
+    fn retain(&self, keep: &mut Vec<Resource>) {
+        keep.push(self.allocation().clone());
+    }
 }
 
 /// A whole argument list: tuples of up to 16 [`KernelArg`]s (and `()`).
@@ -193,6 +207,8 @@ pub trait KernelArgs {
     /// Calls `f` with a pointer to each parameter value and each value's size; the values live
     /// on the stack for the duration of the call.
     fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[usize]) -> R) -> R;
+    /// Adds what each argument needs kept alive (see [`KernelArg::retain`]).
+    fn retain(&self, keep: &mut Vec<Resource>);
 }
 
 macro_rules! tuple_args {
@@ -204,6 +220,10 @@ macro_rules! tuple_args {
                 let values = ($(self.$idx.to_param(),)*);
                 let mut ptrs = [$(&values.$idx as *const $name::Param as *mut c_void),*];
                 f(&mut ptrs, &[$(size_of::<$name::Param>()),*])
+            }
+            #[allow(unused_variables)]
+            fn retain(&self, keep: &mut Vec<Resource>) {
+                $(self.$idx.retain(keep);)*
             }
         }
     };

@@ -20,14 +20,22 @@ enum Release {
     Foreign,
 }
 
-/// `len` elements of `T` in device memory, freed on drop.
+/// One device allocation. Buffers hold it in an `Arc`, and so do the graphs and execs whose
+/// nodes use it: it is freed when the last of them is gone.
+pub(crate) struct Allocation {
+    ptr: CUdeviceptr,
+    ctx: Arc<ContextInner>,
+    release: Release,
+}
+
+/// `len` elements of `T` in device memory, freed when the buffer and every graph that uses it
+/// are gone.
 ///
 /// `T: Pod` because the device may write any bit pattern into it.
 pub struct DeviceBuffer<T: Pod> {
     ptr: CUdeviceptr,
     len: usize,
-    ctx: Arc<ContextInner>,
-    release: Release,
+    alloc: Arc<Allocation>,
     _t: PhantomData<T>,
 }
 
@@ -80,13 +88,7 @@ impl<T: Pod> DeviceBuffer<T> {
                 cuda_sys::cuMemAlloc(&mut ptr, bytes)
             })?;
         }
-        Ok(Self {
-            ptr,
-            len,
-            ctx: ctx.inner.clone(),
-            release: Release::Sync,
-            _t: PhantomData,
-        })
+        Ok(Self::wrap(ptr, len, &ctx.inner, Release::Sync))
     }
 
     /// Allocates `len` zeroed elements.
@@ -118,13 +120,12 @@ impl<T: Pod> DeviceBuffer<T> {
                 cuda_sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_raw())
             })?;
         }
-        Ok(Self {
+        Ok(Self::wrap(
             ptr,
             len,
-            ctx: stream.ctx_inner().clone(),
-            release: Release::Stream(stream.shared()),
-            _t: PhantomData,
-        })
+            stream.ctx_inner(),
+            Release::Stream(stream.shared()),
+        ))
     }
 
     /// Wraps device memory allocated elsewhere. graph-rt never frees it.
@@ -133,13 +134,26 @@ impl<T: Pod> DeviceBuffer<T> {
     /// `ptr` must point at `len` elements of `T` in memory of `ctx` that stays allocated, and is
     /// not written by anyone else concurrently, for the life of the returned value.
     pub unsafe fn from_raw(ctx: &Context, ptr: CUdeviceptr, len: usize) -> Self {
+        Self::wrap(ptr, len, &ctx.inner, Release::Foreign)
+    }
+
+    fn wrap(ptr: CUdeviceptr, len: usize, ctx: &Arc<ContextInner>, release: Release) -> Self {
+        let alloc = Arc::new(Allocation {
+            ptr,
+            ctx: ctx.clone(),
+            release,
+        });
         Self {
             ptr,
             len,
-            ctx: ctx.inner.clone(),
-            release: Release::Foreign,
+            alloc,
             _t: PhantomData,
         }
+    }
+
+    /// The allocation, for graphs to keep alive.
+    pub(crate) fn allocation(&self) -> &Arc<Allocation> {
+        &self.alloc
     }
 
     /// The device address. Valid while `self` lives; do not free it.
@@ -169,7 +183,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.ctx.bind()?;
+        self.alloc.ctx.bind()?;
         // SAFETY: both sides hold num_bytes bytes; the context is current.
         check("cuMemcpyHtoD", unsafe {
             cuda_sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.num_bytes())
@@ -183,7 +197,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.ctx.bind()?;
+        self.alloc.ctx.bind()?;
         // SAFETY: both sides hold num_bytes bytes; T: Pod accepts any bytes.
         check("cuMemcpyDtoH", unsafe {
             cuda_sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), self.ptr, self.num_bytes())
@@ -203,7 +217,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.ctx.bind()?;
+        self.alloc.ctx.bind()?;
         // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
         check("cuMemcpyDtoD", unsafe {
             cuda_sys::cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())
@@ -220,7 +234,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.ctx.bind()?;
+        self.alloc.ctx.bind()?;
         // SAFETY: the allocation holds num_bytes bytes.
         check("cuMemsetD8", unsafe {
             cuda_sys::cuMemsetD8(self.ptr, value, self.num_bytes())
@@ -242,7 +256,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.ctx.bind()?;
+        self.alloc.ctx.bind()?;
         // SAFETY: the allocation holds num_bytes / 4 words.
         check("cuMemsetD32", unsafe {
             cuda_sys::cuMemsetD32(self.ptr, value, self.num_bytes() / 4)
@@ -319,14 +333,15 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 }
 
-impl<T: Pod> Drop for DeviceBuffer<T> {
+impl Drop for Allocation {
     fn drop(&mut self) {
         if self.ptr == 0 {
             return;
         }
         let r = match &self.release {
             Release::Foreign => return,
-            // SAFETY: we allocated `ptr` with cuMemAlloc; cuMemFree waits for work using it.
+            // SAFETY: we allocated `ptr` with cuMemAlloc; cuMemFree synchronizes with the device
+            // before freeing, so no queued work still uses it.
             Release::Sync => self
                 .ctx
                 .bind()
