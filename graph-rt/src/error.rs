@@ -20,6 +20,23 @@ pub enum Error {
         /// What the caller can do about it, when graph-rt knows.
         hint: Option<String>,
     },
+    /// Stream capture failed: an operation capture does not allow (synchronize, a synchronous
+    /// copy, a plain allocation, querying an event of the capture, …), or a capture that such an
+    /// operation invalidated. The capture has been ended and the stream is usable again.
+    #[error("stream capture failed at {call}: {name} ({text}): {hint}")]
+    Capture {
+        /// The call that broke the capture (or `cuStreamEndCapture` when the failing call's error
+        /// was not returned from the capture closure).
+        call: &'static str,
+        /// The raw result code.
+        code: CUresult,
+        /// The code's name.
+        name: String,
+        /// The driver's description of the code.
+        text: String,
+        /// What to do instead.
+        hint: String,
+    },
     /// The driver library, or a function of it, is not available.
     #[error(transparent)]
     Load(#[from] LoadError),
@@ -44,7 +61,7 @@ impl Error {
     /// The driver's result code, if this error came from a driver call.
     pub fn code(&self) -> Option<CUresult> {
         match self {
-            Error::Driver { code, .. } => Some(*code),
+            Error::Driver { code, .. } | Error::Capture { code, .. } => Some(*code),
             _ => None,
         }
     }
@@ -52,7 +69,9 @@ impl Error {
     /// The driver call that failed, if this error came from one.
     pub fn call(&self) -> Option<&'static str> {
         match self {
-            Error::Driver { call, .. } | Error::InvalidArgument { call, .. } => Some(call),
+            Error::Driver { call, .. }
+            | Error::Capture { call, .. }
+            | Error::InvalidArgument { call, .. } => Some(call),
             Error::Load(_) => None,
         }
     }
@@ -78,6 +97,29 @@ impl Error {
         self
     }
 
+    /// Turns a driver error that stream capture caused into [`Error::Capture`]; other errors
+    /// pass through.
+    pub(crate) fn into_capture(self) -> Self {
+        match self {
+            Error::Driver {
+                call,
+                code,
+                name,
+                text,
+                hint,
+            } if is_capture_code(code) => Error::Capture {
+                call,
+                code,
+                name,
+                text,
+                hint: hint.unwrap_or_else(|| {
+                    "this operation is not allowed during stream capture".into()
+                }),
+            },
+            e => e,
+        }
+    }
+
     pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             call,
@@ -94,6 +136,21 @@ pub fn check(call: &'static str, result: Result<CUresult, LoadError>) -> Result<
         Ok(code) => Err(Error::driver(call, code)),
         Err(e) => Err(Error::Load(e)),
     }
+}
+
+fn is_capture_code(code: CUresult) -> bool {
+    matches!(
+        code,
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_MERGE
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+            | CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD
+            | CUresult::CUDA_ERROR_CAPTURED_EVENT
+    )
 }
 
 fn describe(code: CUresult) -> (String, String) {
@@ -130,7 +187,10 @@ fn hint(code: CUresult) -> Option<&'static str> {
         CUresult::CUDA_ERROR_NOT_FOUND => "no such symbol in the module: check the kernel's name (extern \"C\" avoids C++ name mangling)",
         CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES => "the kernel needs more registers or shared memory than this block size allows: use smaller blocks",
         CUresult::CUDA_ERROR_ILLEGAL_ADDRESS => "a kernel accessed invalid memory; the context is now unusable: run under compute-sanitizer",
-        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => "this operation is not allowed while a stream is capturing",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED => "this operation is not allowed while a stream is capturing: move it out of the capture (synchronize, synchronous copies and plain allocations cannot be captured)",
+        CUresult::CUDA_ERROR_CAPTURED_EVENT => "the event belongs to an active capture: it cannot be queried or synchronized until the capture ends",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_UNJOINED => "a stream forked from the capture was not joined back: record an event on it and wait on it from the capturing stream",
+        CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD => "the capture was begun on another thread in thread-local mode: end it on that thread",
         CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED => "an earlier illegal operation invalidated the capture: end it and capture again",
         CUresult::CUDA_ERROR_STREAM_CAPTURE_ISOLATION => "the capture depends on work outside it: join other streams with events before ending the capture",
         CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT => "a legacy-stream operation would synchronize with the capture: use non-blocking streams",

@@ -1,5 +1,7 @@
 //! Events: markers in a stream, for ordering across streams and for timing.
 
+use std::sync::Arc;
+
 use cuda_sys::{CUevent, CUevent_flags};
 
 use crate::context::Context;
@@ -19,8 +21,14 @@ pub enum EventFlags {
     BlockingSync,
 }
 
-/// A CUDA event, destroyed on drop.
+/// A CUDA event, destroyed when it and every graph that records or waits on it are gone.
 pub struct Event {
+    raw: CUevent,
+    ctx: Context,
+    handle: Arc<EventHandle>,
+}
+
+struct EventHandle {
     raw: CUevent,
     ctx: Context,
 }
@@ -29,6 +37,10 @@ pub struct Event {
 unsafe impl Send for Event {}
 // SAFETY: as above; the driver serialises concurrent use.
 unsafe impl Sync for Event {}
+// SAFETY: as above.
+unsafe impl Send for EventHandle {}
+// SAFETY: as above.
+unsafe impl Sync for EventHandle {}
 
 impl std::fmt::Debug for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +65,16 @@ impl Event {
         Ok(Self {
             raw,
             ctx: ctx.clone(),
+            handle: Arc::new(EventHandle {
+                raw,
+                ctx: ctx.clone(),
+            }),
         })
+    }
+
+    /// The event's handle, for graphs to keep alive.
+    pub(crate) fn resource(&self) -> crate::launch::Resource {
+        self.handle.clone()
     }
 
     /// The raw `CUevent`. Do not destroy it while this value lives.
@@ -103,7 +124,7 @@ impl Event {
     }
 }
 
-impl Drop for Event {
+impl Drop for EventHandle {
     fn drop(&mut self) {
         let inner = &self.ctx.inner;
         // SAFETY: we created the event; destroying a recorded event is allowed.

@@ -23,20 +23,26 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
+mod capture;
 mod context;
 mod device;
 mod error;
 mod event;
+mod exec;
+mod graph;
 mod launch;
 mod memory;
 mod module;
 mod stream;
 
+pub use capture::{CaptureMode, CaptureScope, CaptureStatus};
 pub use context::{current_raw as current_context_raw, Context};
 pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use error::{check, Error, Result};
 pub use event::{Event, EventFlags};
-pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig};
+pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
+pub use graph::{Graph, GraphAllocation, Node, NodeKind};
+pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Resource};
 pub use memory::{DeviceBuffer, PinnedHostBuffer};
 pub use module::{Function, Module, ParamInfo};
 pub use stream::{Stream, StreamFlags};

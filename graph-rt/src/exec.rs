@@ -1,0 +1,486 @@
+//! Executable graphs: instantiate, upload, launch, and change what the nodes do between launches
+//! without re-capturing (per-node parameter updates, whole-graph update).
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use cuda_sys::{CUgraphExec, CUgraphExecUpdateResult as R, CUgraphInstantiate_flags as F};
+
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+use crate::graph::{copy_params, kernel_params, memset_params, Graph, KernelInfo, Node};
+use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
+use crate::memory::DeviceBuffer;
+use crate::stream::{Stream, StreamInner};
+
+/// How to instantiate a graph.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InstantiateOptions<'a> {
+    /// Uploads the exec to the device on this stream as part of instantiation.
+    pub upload: Option<&'a Stream>,
+    /// Frees unfreed graph allocations before each relaunch (`AUTO_FREE_ON_LAUNCH`).
+    pub auto_free_on_launch: bool,
+    /// Makes the exec launchable from the device (`DEVICE_LAUNCH`).
+    pub device_launch: bool,
+    /// Honors per-node priority attributes (`USE_NODE_PRIORITY`).
+    pub use_node_priority: bool,
+}
+
+impl InstantiateOptions<'_> {
+    fn flags(&self) -> u64 {
+        let mut f = 0;
+        for (on, flag) in [
+            (
+                self.auto_free_on_launch,
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+            ),
+            (
+                self.device_launch,
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
+            ),
+            (
+                self.use_node_priority,
+                F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,
+            ),
+        ] {
+            if on {
+                f |= flag.0 as u64;
+            }
+        }
+        f
+    }
+}
+
+/// Why `cuGraphExecUpdate` could not apply a graph to an exec (`CUgraphExecUpdateResult`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateFailureKind {
+    /// Invalid value, or another error.
+    Error,
+    /// Nodes or edges were added or removed.
+    TopologyChanged,
+    /// A node's type changed.
+    NodeTypeChanged,
+    /// A kernel node's function changed.
+    FunctionChanged,
+    /// A parameter changed in a way an update cannot apply.
+    ParametersChanged,
+    /// Something else the update does not support.
+    NotSupported,
+    /// The function changed in an unsupported way (e.g. cooperative launch).
+    UnsupportedFunctionChange,
+    /// A node attribute changed in an unsupported way.
+    AttributesChanged,
+    /// A result this header does not know.
+    Other(u32),
+}
+
+/// A failed exec update: why, and at which node of the new graph (and of the exec's graph).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cuGraphExecUpdate could not update the exec: {kind:?} (node {node:?}, paired with {from_node:?})")]
+pub struct UpdateFailure {
+    /// Why.
+    pub kind: UpdateFailureKind,
+    /// The node of the new graph where the update failed, if the driver names one.
+    pub node: Option<Node>,
+    /// The node of the exec's graph it was paired with, if any.
+    pub from_node: Option<Node>,
+}
+
+/// What [`GraphExec::update`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExecUpdate {
+    /// The exec was updated in place.
+    Updated,
+    /// The update was refused; the exec was instantiated anew from the graph.
+    Reinstantiated(UpdateFailure),
+}
+
+/// An executable graph (`CUgraphExec`).
+///
+/// It keeps alive everything the graph it came from kept alive, and everything its nodes are
+/// rebound to, until it is dropped; dropping it first waits for its last launch to finish.
+/// CUDA does not allow concurrent calls on one exec: a `GraphExec` may move between threads
+/// (`Send`) but not be shared by them (`!Sync`), and every change takes `&mut self`.
+pub struct GraphExec {
+    raw: CUgraphExec,
+    ctx: Context,
+    flags: u64,
+    retained: HashMap<usize, Resource>,
+    kernels: HashMap<usize, KernelInfo>,
+    nodes: Vec<Node>,
+    node_set: HashSet<usize>,
+    scratch: Vec<Resource>,
+    last_stream: RefCell<Option<Arc<StreamInner>>>,
+    last_raw: Cell<usize>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: exec handles may be used from any thread; `!Sync` and `&mut self` for changes keep
+// calls on one exec from overlapping, as CUDA requires.
+unsafe impl Send for GraphExec {}
+
+impl std::fmt::Debug for GraphExec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphExec")
+            .field("raw", &self.raw)
+            .field("retained", &self.retained.len())
+            .finish()
+    }
+}
+
+fn key(r: &Resource) -> usize {
+    Arc::as_ptr(r) as *const () as usize
+}
+
+impl Graph {
+    /// Instantiates the graph with default options.
+    pub fn instantiate(&self) -> Result<GraphExec> {
+        self.instantiate_with(&InstantiateOptions::default())
+    }
+
+    /// Instantiates the graph (`cuGraphInstantiateWithParams`).
+    pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
+        let raw = instantiate_raw(self, options.flags(), options.upload)?;
+        let mut exec = GraphExec {
+            raw,
+            ctx: self.ctx.clone(),
+            flags: options.flags(),
+            retained: HashMap::new(),
+            kernels: HashMap::new(),
+            nodes: Vec::new(),
+            node_set: HashSet::new(),
+            scratch: Vec::new(),
+            last_stream: RefCell::new(None),
+            last_raw: Cell::new(0),
+            _not_sync: PhantomData,
+        };
+        exec.adopt(self)?;
+        Ok(exec)
+    }
+}
+
+fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result<CUgraphExec> {
+    graph.ctx.bind()?;
+    let mut p = cuda_sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+        flags,
+        ..Default::default()
+    };
+    if let Some(s) = upload {
+        p.flags |= F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
+        p.hUploadStream = s.as_raw();
+    }
+    let mut raw = std::ptr::null_mut();
+    // SAFETY: valid graph, out-pointer and parameters.
+    let r = check("cuGraphInstantiateWithParams", unsafe {
+        cuda_sys::cuGraphInstantiateWithParams(&mut raw, graph.raw, &mut p)
+    });
+    r.map_err(|e| {
+        e.with_hint(format!(
+            "instantiate result {:?} at node {:?}",
+            p.result_out, p.hErrNode_out
+        ))
+    })?;
+    Ok(raw)
+}
+
+impl GraphExec {
+    /// Takes over what `graph` keeps alive and knows of its nodes.
+    fn adopt(&mut self, graph: &Graph) -> Result<()> {
+        for r in &graph.keep {
+            self.retained.entry(key(r)).or_insert_with(|| r.clone());
+        }
+        self.nodes = graph.nodes()?;
+        self.node_set = self.nodes.iter().map(Node::key).collect();
+        self.kernels = graph.kernels.clone();
+        Ok(())
+    }
+
+    /// The raw `CUgraphExec`. Do not destroy it; rebinding through it is not tracked.
+    pub fn as_raw(&self) -> CUgraphExec {
+        self.raw
+    }
+
+    /// How many distinct resources the exec keeps alive.
+    pub fn retained_count(&self) -> usize {
+        self.retained.len()
+    }
+
+    fn same_context(&self, stream: &Stream, call: &'static str) -> Result<()> {
+        if stream.context().as_raw() == self.ctx.as_raw() {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                call,
+                "the stream belongs to another context than the graph",
+            ))
+        }
+    }
+
+    /// Uploads the exec to the device on `stream`, so the first launch does not pay for it.
+    pub fn upload(&self, stream: &Stream) -> Result<()> {
+        self.same_context(stream, "cuGraphUpload")?;
+        stream.context().bind()?;
+        // SAFETY: valid exec and stream of its context.
+        check("cuGraphUpload", unsafe {
+            cuda_sys::cuGraphUpload(self.raw, stream.as_raw())
+        })
+    }
+
+    /// Launches the exec on `stream` (any stream of the graph's context). Launches of one exec
+    /// run in order, whatever their streams.
+    #[inline]
+    pub fn launch(&self, stream: &Stream) -> Result<()> {
+        self.same_context(stream, "cuGraphLaunch")?;
+        stream.context().bind()?;
+        // SAFETY: valid exec and stream of its context; every resource the nodes use is kept
+        // alive by this exec until it is dropped, and drop waits for the last launch.
+        check("cuGraphLaunch", unsafe {
+            cuda_sys::cuGraphLaunch(self.raw, stream.as_raw())
+        })?;
+        if self.last_raw.get() != stream.as_raw() as usize {
+            self.last_raw.set(stream.as_raw() as usize);
+            *self.last_stream.borrow_mut() = Some(stream.shared());
+        }
+        Ok(())
+    }
+
+    fn kernel(&self, node: Node, call: &'static str) -> Result<&KernelInfo> {
+        self.kernels.get(&node.key()).ok_or_else(|| {
+            Error::invalid(call, "not a kernel node of this exec's graph that graph-rt launched (use its capture scope or Graph::add_kernel)")
+        })
+    }
+
+    fn member(&self, node: Node, call: &'static str) -> Result<()> {
+        if self.node_set.contains(&node.key()) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                call,
+                "the node is not in the graph this exec was instantiated from",
+            ))
+        }
+    }
+
+    /// Rebinds a kernel node's arguments, keeping its launch configuration. The arguments are
+    /// checked against the kernel's parameter layout first: on a wrong count or size nothing
+    /// changes and the exec replays with its old arguments.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`], for every later replay.
+    pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: Node, args: A) -> Result<()> {
+        let config = self.kernel(node, "cuGraphExecKernelNodeSetParams")?.config;
+        // SAFETY: forwarded.
+        unsafe { self.set_kernel_node(node, &config, args) }
+    }
+
+    /// Rebinds a kernel node's arguments and grid, block and dynamic shared memory (launch
+    /// attributes of `config` are not applied: an exec update cannot change them).
+    ///
+    /// # Safety
+    /// As [`Stream::launch`], for every later replay.
+    pub unsafe fn set_kernel_node<A: KernelArgs>(
+        &mut self,
+        node: Node,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        const CALL: &str = "cuGraphExecKernelNodeSetParams";
+        let function = self.kernel(node, CALL)?.function.clone();
+        let layout = function.param_layout()?;
+        let raw = self.raw;
+        args.with_params(|params, sizes| {
+            check_layout(&function, layout, sizes, CALL)?;
+            let p = kernel_params(&function, config, params.as_mut_ptr());
+            // SAFETY: a kernel node of this exec; parameter values alive for the call (the
+            // driver copies them).
+            check(CALL, unsafe {
+                cuda_sys::cuGraphExecKernelNodeSetParams(raw, node.raw, &p)
+            })
+        })?;
+        if let Some(info) = self.kernels.get_mut(&node.key()) {
+            info.config.grid = config.grid;
+            info.config.block = config.block;
+            info.config.shared_mem_bytes = config.shared_mem_bytes;
+        }
+        args.retain(&mut self.scratch);
+        for r in self.scratch.drain(..) {
+            self.retained.entry(key(&r)).or_insert(r);
+        }
+        Ok(())
+    }
+
+    /// Enables or disables a node (kernel, memcpy or memset) for later launches.
+    pub fn set_enabled(&mut self, node: Node, enabled: bool) -> Result<()> {
+        self.member(node, "cuGraphNodeSetEnabled")?;
+        // SAFETY: a node of this exec's graph.
+        check("cuGraphNodeSetEnabled", unsafe {
+            cuda_sys::cuGraphNodeSetEnabled(self.raw, node.raw, enabled as u32)
+        })
+    }
+
+    /// Points a copy node at new buffers (lengths must match each other and the original's).
+    pub fn set_copy<T: Pod>(
+        &mut self,
+        node: Node,
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.member(node, "cuGraphExecMemcpyNodeSetParams")?;
+        if dst.len() != src.len() {
+            return Err(Error::invalid(
+                "cuGraphExecMemcpyNodeSetParams",
+                format!("copy of {} elements into {}", src.len(), dst.len()),
+            ));
+        }
+        let p = copy_params(dst, src);
+        self.ctx.bind()?;
+        // SAFETY: a memcpy node of this exec; both allocations are kept alive below.
+        check("cuGraphExecMemcpyNodeSetParams", unsafe {
+            cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node.raw, &p, self.ctx.as_raw())
+        })?;
+        for r in [
+            dst.allocation().clone() as Resource,
+            src.allocation().clone(),
+        ] {
+            self.retained.entry(key(&r)).or_insert(r);
+        }
+        Ok(())
+    }
+
+    /// Points a memset node at a new buffer and value.
+    pub fn set_fill_u32<T: Pod>(
+        &mut self,
+        node: Node,
+        dst: &DeviceBuffer<T>,
+        value: u32,
+    ) -> Result<()> {
+        self.member(node, "cuGraphExecMemsetNodeSetParams")?;
+        let p = memset_params("cuGraphExecMemsetNodeSetParams", dst, value)?;
+        self.ctx.bind()?;
+        // SAFETY: a memset node of this exec; the allocation is kept alive below.
+        check("cuGraphExecMemsetNodeSetParams", unsafe {
+            cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node.raw, &p, self.ctx.as_raw())
+        })?;
+        let r: Resource = dst.allocation().clone();
+        self.retained.entry(key(&r)).or_insert(r);
+        Ok(())
+    }
+
+    /// Updates the exec in place from `graph`, which must have the same topology as the exec's
+    /// graph (`cuGraphExecUpdate`). On failure nothing changed and the failure says why.
+    pub fn try_update(&mut self, graph: &Graph) -> std::result::Result<(), UpdateFailure> {
+        let fail = |kind| UpdateFailure {
+            kind,
+            node: None,
+            from_node: None,
+        };
+        self.ctx
+            .bind()
+            .map_err(|_| fail(UpdateFailureKind::Error))?;
+        let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
+        // SAFETY: valid exec, graph and out-pointer.
+        let r = unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) };
+        if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
+            self.adopt_updated(graph);
+            return Ok(());
+        }
+        let kind = match info.result {
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => UpdateFailureKind::TopologyChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => UpdateFailureKind::NodeTypeChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => UpdateFailureKind::FunctionChanged,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => {
+                UpdateFailureKind::ParametersChanged
+            }
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => UpdateFailureKind::NotSupported,
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
+                UpdateFailureKind::UnsupportedFunctionChange
+            }
+            R::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => {
+                UpdateFailureKind::AttributesChanged
+            }
+            R::CU_GRAPH_EXEC_UPDATE_ERROR | R::CU_GRAPH_EXEC_UPDATE_SUCCESS => {
+                UpdateFailureKind::Error
+            }
+            other => UpdateFailureKind::Other(other.0),
+        };
+        let node = |raw: cuda_sys::CUgraphNode| (!raw.is_null()).then_some(Node { raw });
+        Err(UpdateFailure {
+            kind,
+            node: node(info.errorNode),
+            from_node: node(info.errorFromNode),
+        })
+    }
+
+    /// Updates the exec from `graph` in place when the driver can, and otherwise instantiates
+    /// `graph` anew (with the exec's options) in its place.
+    pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
+        match self.try_update(graph) {
+            Ok(()) => Ok(ExecUpdate::Updated),
+            Err(failure) => {
+                let raw = instantiate_raw(graph, self.flags, None)?;
+                // SAFETY: we own the old exec; an in-flight launch of it completes first.
+                let r = check("cuGraphExecDestroy", unsafe {
+                    cuda_sys::cuGraphExecDestroy(self.raw)
+                });
+                self.ctx.inner.record(r);
+                self.raw = raw;
+                self.adopt(graph)?;
+                Ok(ExecUpdate::Reinstantiated(failure))
+            }
+        }
+    }
+
+    /// After an in-place update, the exec's nodes are those of its original graph, paired with
+    /// `graph`'s in creation order: carry over what graph-rt knows of each kernel node.
+    fn adopt_updated(&mut self, graph: &Graph) {
+        for r in &graph.keep {
+            self.retained.entry(key(r)).or_insert_with(|| r.clone());
+        }
+        let new_nodes = graph.nodes().unwrap_or_default();
+        if new_nodes.len() != self.nodes.len() {
+            self.kernels.clear();
+            return;
+        }
+        for (old, new) in self.nodes.iter().zip(&new_nodes) {
+            match graph.kernels.get(&new.key()) {
+                Some(info)
+                    if self
+                        .kernels
+                        .get(&old.key())
+                        .is_none_or(|o| o.function.as_raw() == info.function.as_raw()) =>
+                {
+                    self.kernels.insert(old.key(), info.clone());
+                }
+                _ => {
+                    self.kernels.remove(&old.key());
+                }
+            }
+        }
+    }
+}
+
+impl Drop for GraphExec {
+    fn drop(&mut self) {
+        let inner = self.ctx.inner.clone();
+        // Wait for the last launch before the resources it uses can be freed.
+        if let Some(stream) = self.last_stream.get_mut().take() {
+            let r = inner.bind().and_then(|_| {
+                // SAFETY: the stream is alive (we hold it).
+                check("cuStreamSynchronize", unsafe {
+                    cuda_sys::cuStreamSynchronize(stream.raw())
+                })
+            });
+            inner.record(r);
+        }
+        // SAFETY: we own the exec.
+        let r = inner.bind().and_then(|_| {
+            check("cuGraphExecDestroy", unsafe {
+                cuda_sys::cuGraphExecDestroy(self.raw)
+            })
+        });
+        inner.record(r);
+    }
+}

@@ -1,0 +1,585 @@
+//! Graphs: nodes and dependencies, built explicitly or by stream capture (see `capture`).
+//!
+//! A [`Graph`] keeps alive every buffer, module, event and callback its nodes reference through
+//! graph-rt's APIs, and hands them to every [`GraphExec`](crate::GraphExec) made from it.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use cuda_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
+
+use crate::context::Context;
+use crate::error::{check, Error, Result};
+use crate::event::Event;
+use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
+use crate::memory::DeviceBuffer;
+use crate::module::Function;
+
+/// A node of a graph: a plain handle, valid while its graph lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Node {
+    pub(crate) raw: CUgraphNode,
+}
+
+impl Node {
+    /// The raw `CUgraphNode`.
+    pub fn as_raw(&self) -> CUgraphNode {
+        self.raw
+    }
+
+    pub(crate) fn key(&self) -> usize {
+        self.raw as usize
+    }
+}
+
+/// What a node does (`cuGraphNodeGetType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A kernel launch.
+    Kernel,
+    /// A memory copy.
+    Memcpy,
+    /// A memory set.
+    Memset,
+    /// A host callback.
+    Host,
+    /// A child graph.
+    ChildGraph,
+    /// No operation (a join point).
+    Empty,
+    /// Waits on an event.
+    WaitEvent,
+    /// Records an event.
+    EventRecord,
+    /// Allocates graph memory.
+    MemAlloc,
+    /// Frees graph memory.
+    MemFree,
+    /// A conditional node.
+    Conditional,
+    /// Another kind (semaphores, batch memory operations, …), by its raw value.
+    Other(u32),
+}
+
+impl From<CUgraphNodeType> for NodeKind {
+    fn from(t: CUgraphNodeType) -> Self {
+        match t {
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL => NodeKind::Kernel,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => NodeKind::Memcpy,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => NodeKind::Memset,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_HOST => NodeKind::Host,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_GRAPH => NodeKind::ChildGraph,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY => NodeKind::Empty,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_WAIT_EVENT => NodeKind::WaitEvent,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_EVENT_RECORD => NodeKind::EventRecord,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => NodeKind::MemAlloc,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => NodeKind::MemFree,
+            CUgraphNodeType::CU_GRAPH_NODE_TYPE_CONDITIONAL => NodeKind::Conditional,
+            other => NodeKind::Other(other.0),
+        }
+    }
+}
+
+/// What graph-rt knows of a kernel node: the function (kept alive) and its configuration.
+#[derive(Clone)]
+pub(crate) struct KernelInfo {
+    pub(crate) function: Function,
+    pub(crate) config: LaunchConfig,
+}
+
+/// Device memory allocated by a graph's memory-allocation node: valid from that node until its
+/// free node (or, without one, until freed elsewhere) in each replay. Pass it to kernels of the
+/// same graph as a device address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraphAllocation {
+    /// The device address (the same in every replay).
+    pub ptr: cuda_sys::CUdeviceptr,
+    /// Size in bytes.
+    pub bytes: usize,
+}
+
+impl crate::launch::KernelArg for GraphAllocation {
+    type Param = cuda_sys::CUdeviceptr;
+    fn to_param(&self) -> cuda_sys::CUdeviceptr {
+        self.ptr
+    }
+}
+
+/// A CUDA graph (`CUgraph`), destroyed on drop.
+///
+/// CUDA graphs are not thread-safe: a `Graph` may move between threads (`Send`) but not be shared
+/// by them (`!Sync`), and every change takes `&mut self`.
+pub struct Graph {
+    pub(crate) raw: CUgraph,
+    pub(crate) ctx: Context,
+    pub(crate) keep: Vec<Resource>,
+    pub(crate) kernels: HashMap<usize, KernelInfo>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: a CUgraph may be used from any thread as long as calls on it are not concurrent, which
+// `!Sync` and `&mut self` for changes ensure.
+unsafe impl Send for Graph {}
+
+impl std::fmt::Debug for Graph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Graph")
+            .field("raw", &self.raw)
+            .field("kept", &self.keep.len())
+            .finish()
+    }
+}
+
+fn raw_nodes(deps: &[Node]) -> Vec<CUgraphNode> {
+    deps.iter().map(|n| n.raw).collect()
+}
+
+impl Graph {
+    /// An empty graph (`cuGraphCreate`).
+    pub fn new(ctx: &Context) -> Result<Self> {
+        ctx.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; flags must be 0.
+        check("cuGraphCreate", unsafe {
+            cuda_sys::cuGraphCreate(&mut raw, 0)
+        })?;
+        Ok(Self::from_parts(ctx, raw, Vec::new(), HashMap::new()))
+    }
+
+    pub(crate) fn from_parts(
+        ctx: &Context,
+        raw: CUgraph,
+        keep: Vec<Resource>,
+        kernels: HashMap<usize, KernelInfo>,
+    ) -> Self {
+        Self {
+            raw,
+            ctx: ctx.clone(),
+            keep,
+            kernels,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Wraps a graph made elsewhere; graph-rt destroys it on drop. Nothing its nodes reference
+    /// is kept alive by graph-rt.
+    ///
+    /// # Safety
+    /// `raw` must be a valid graph of `ctx`, owned by nobody else.
+    pub unsafe fn from_raw(ctx: &Context, raw: CUgraph) -> Self {
+        Self::from_parts(ctx, raw, Vec::new(), HashMap::new())
+    }
+
+    /// The raw `CUgraph`. Do not destroy it; changes made through it are not tracked (nothing
+    /// they reference is kept alive).
+    pub fn as_raw(&self) -> CUgraph {
+        self.raw
+    }
+
+    /// The context of this graph.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Keeps `resource` alive as long as this graph and its execs.
+    pub fn keep_alive(&mut self, resource: Resource) {
+        self.keep.push(resource);
+    }
+
+    /// Adds a kernel node after `deps`, checking `args` against the kernel's parameter layout.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`](crate::Stream::launch), for every replay of the graph.
+    pub unsafe fn add_kernel<A: KernelArgs>(
+        &mut self,
+        deps: &[Node],
+        f: &Function,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<Node> {
+        self.ctx.bind()?;
+        let layout = f.param_layout()?;
+        let deps = raw_nodes(deps);
+        let node = args.with_params(|params, sizes| -> Result<CUgraphNode> {
+            check_layout(f, layout, sizes, "cuGraphAddKernelNode")?;
+            let p = kernel_params(f, config, params.as_mut_ptr());
+            let mut node = std::ptr::null_mut();
+            // SAFETY: `p` points at parameter values alive for this call (the driver copies them).
+            check("cuGraphAddKernelNode", unsafe {
+                cuda_sys::cuGraphAddKernelNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &p)
+            })?;
+            Ok(node)
+        })?;
+        for attr in config.attributes() {
+            // SAFETY: valid node and attribute value.
+            check("cuGraphKernelNodeSetAttribute", unsafe {
+                cuda_sys::cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)
+            })?;
+        }
+        args.retain(&mut self.keep);
+        self.kernels.insert(
+            node as usize,
+            KernelInfo {
+                function: f.clone(),
+                config: *config,
+            },
+        );
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a device-to-device copy of all of `src` into `dst` (lengths must match).
+    pub fn add_copy<T: Pod>(
+        &mut self,
+        deps: &[Node],
+        dst: &DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<Node> {
+        if dst.len() != src.len() {
+            return Err(Error::invalid(
+                "cuGraphAddMemcpyNode",
+                format!("copy of {} elements into {}", src.len(), dst.len()),
+            ));
+        }
+        let p = copy_params(dst, src);
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        self.ctx.bind()?;
+        // SAFETY: both allocations hold the bytes copied; we keep them alive below.
+        check("cuGraphAddMemcpyNode", unsafe {
+            cuda_sys::cuGraphAddMemcpyNode(
+                &mut node,
+                self.raw,
+                deps.as_ptr(),
+                deps.len(),
+                &p,
+                self.ctx.as_raw(),
+            )
+        })?;
+        self.keep.push(dst.allocation().clone());
+        self.keep.push(src.allocation().clone());
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a node that sets every 32-bit word of `dst` to `value` (element size a multiple of 4).
+    pub fn add_fill_u32<T: Pod>(
+        &mut self,
+        deps: &[Node],
+        dst: &DeviceBuffer<T>,
+        value: u32,
+    ) -> Result<Node> {
+        let p = memset_params("cuGraphAddMemsetNode", dst, value)?;
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        self.ctx.bind()?;
+        // SAFETY: the allocation holds the words set; we keep it alive below.
+        check("cuGraphAddMemsetNode", unsafe {
+            cuda_sys::cuGraphAddMemsetNode(
+                &mut node,
+                self.raw,
+                deps.as_ptr(),
+                deps.len(),
+                &p,
+                self.ctx.as_raw(),
+            )
+        })?;
+        self.keep.push(dst.allocation().clone());
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a node that does nothing: a join point.
+    pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        // SAFETY: valid graph and dependency list.
+        check("cuGraphAddEmptyNode", unsafe {
+            cuda_sys::cuGraphAddEmptyNode(&mut node, self.raw, deps.as_ptr(), deps.len())
+        })?;
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a node that records `event`.
+    pub fn add_event_record(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        // SAFETY: valid graph, dependencies and event (kept alive below).
+        check("cuGraphAddEventRecordNode", unsafe {
+            cuda_sys::cuGraphAddEventRecordNode(
+                &mut node,
+                self.raw,
+                deps.as_ptr(),
+                deps.len(),
+                event.as_raw(),
+            )
+        })?;
+        self.keep.push(event.resource());
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a node that waits for `event`.
+    pub fn add_event_wait(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        // SAFETY: valid graph, dependencies and event (kept alive below).
+        check("cuGraphAddEventWaitNode", unsafe {
+            cuda_sys::cuGraphAddEventWaitNode(
+                &mut node,
+                self.raw,
+                deps.as_ptr(),
+                deps.len(),
+                event.as_raw(),
+            )
+        })?;
+        self.keep.push(event.resource());
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
+    pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        // SAFETY: valid graphs; the driver clones the child.
+        check("cuGraphAddChildGraphNode", unsafe {
+            cuda_sys::cuGraphAddChildGraphNode(
+                &mut node,
+                self.raw,
+                deps.as_ptr(),
+                deps.len(),
+                child.raw,
+            )
+        })?;
+        self.keep.extend(child.keep.iter().cloned());
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a node that runs `callback` on a driver thread. It must not call CUDA.
+    pub fn add_host_callback<F: Fn() + Send + Sync + 'static>(
+        &mut self,
+        deps: &[Node],
+        callback: F,
+    ) -> Result<Node> {
+        unsafe extern "C" fn trampoline<F: Fn()>(data: *mut c_void) {
+            // SAFETY: `data` is the `Arc<F>` this graph keeps alive while the node exists.
+            let f = unsafe { &*(data as *const F) };
+            // A panic must not unwind into the driver.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        }
+        let callback = Arc::new(callback);
+        let p = cuda_sys::CUDA_HOST_NODE_PARAMS {
+            fn_: Some(trampoline::<F>),
+            userData: Arc::as_ptr(&callback) as *mut c_void,
+        };
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        // SAFETY: the callback outlives the node: the graph keeps it below.
+        check("cuGraphAddHostNode", unsafe {
+            cuda_sys::cuGraphAddHostNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &p)
+        })?;
+        self.keep.push(callback);
+        Ok(Node { raw: node })
+    }
+
+    /// Adds a node that allocates `bytes` of device memory from the graph's pool on each replay.
+    pub fn add_mem_alloc(
+        &mut self,
+        deps: &[Node],
+        bytes: usize,
+    ) -> Result<(Node, GraphAllocation)> {
+        let mut p = cuda_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
+        p.poolProps.allocType = cuda_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.poolProps.location.type_ = cuda_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        p.poolProps.location.id = self.ctx.device().as_raw();
+        p.bytesize = bytes;
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        self.ctx.bind()?;
+        // SAFETY: valid graph, dependencies and parameters; the driver writes p.dptr.
+        check("cuGraphAddMemAllocNode", unsafe {
+            cuda_sys::cuGraphAddMemAllocNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &mut p)
+        })?;
+        Ok((Node { raw: node }, GraphAllocation { ptr: p.dptr, bytes }))
+    }
+
+    /// Adds a node that frees a graph allocation.
+    pub fn add_mem_free(&mut self, deps: &[Node], allocation: GraphAllocation) -> Result<Node> {
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        // SAFETY: valid graph and dependencies; the driver checks the address.
+        check("cuGraphAddMemFreeNode", unsafe {
+            cuda_sys::cuGraphAddMemFreeNode(
+                &mut node,
+                self.raw,
+                deps.as_ptr(),
+                deps.len(),
+                allocation.ptr,
+            )
+        })?;
+        Ok(Node { raw: node })
+    }
+
+    /// Makes each node of `to` depend on the node of `from` at the same index.
+    pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
+        if from.len() != to.len() {
+            return Err(Error::invalid(
+                "cuGraphAddDependencies",
+                format!("{} sources for {} targets", from.len(), to.len()),
+            ));
+        }
+        let (f, t) = (raw_nodes(from), raw_nodes(to));
+        // SAFETY: equal-length arrays of nodes of this graph.
+        check("cuGraphAddDependencies", unsafe {
+            cuda_sys::cuGraphAddDependencies(self.raw, f.as_ptr(), t.as_ptr(), f.len())
+        })
+    }
+
+    /// Every node, in creation order.
+    pub fn nodes(&self) -> Result<Vec<Node>> {
+        let mut n = 0;
+        // SAFETY: a null array asks for the count.
+        check("cuGraphGetNodes", unsafe {
+            cuda_sys::cuGraphGetNodes(self.raw, std::ptr::null_mut(), &mut n)
+        })?;
+        let mut raw = vec![std::ptr::null_mut(); n];
+        // SAFETY: the array holds n entries.
+        check("cuGraphGetNodes", unsafe {
+            cuda_sys::cuGraphGetNodes(self.raw, raw.as_mut_ptr(), &mut n)
+        })?;
+        raw.truncate(n);
+        Ok(raw.into_iter().map(|raw| Node { raw }).collect())
+    }
+
+    /// Every edge `(from, to)`.
+    pub fn edges(&self) -> Result<Vec<(Node, Node)>> {
+        let mut n = 0;
+        // SAFETY: null arrays ask for the count.
+        check("cuGraphGetEdges", unsafe {
+            cuda_sys::cuGraphGetEdges(self.raw, std::ptr::null_mut(), std::ptr::null_mut(), &mut n)
+        })?;
+        let (mut from, mut to) = (vec![std::ptr::null_mut(); n], vec![std::ptr::null_mut(); n]);
+        // SAFETY: both arrays hold n entries.
+        check("cuGraphGetEdges", unsafe {
+            cuda_sys::cuGraphGetEdges(self.raw, from.as_mut_ptr(), to.as_mut_ptr(), &mut n)
+        })?;
+        Ok(from
+            .into_iter()
+            .zip(to)
+            .take(n)
+            .map(|(f, t)| (Node { raw: f }, Node { raw: t }))
+            .collect())
+    }
+
+    /// What `node` does.
+    pub fn node_kind(&self, node: Node) -> Result<NodeKind> {
+        let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
+        // SAFETY: valid out-pointer; the driver validates the node.
+        check("cuGraphNodeGetType", unsafe {
+            cuda_sys::cuGraphNodeGetType(node.raw, &mut t)
+        })?;
+        Ok(t.into())
+    }
+
+    /// A deep copy (`cuGraphClone`) that keeps the same resources alive.
+    pub fn try_clone(&self) -> Result<Graph> {
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid graph and out-pointer.
+        check("cuGraphClone", unsafe {
+            cuda_sys::cuGraphClone(&mut raw, self.raw)
+        })?;
+        let mut kernels = HashMap::with_capacity(self.kernels.len());
+        for (&node, info) in &self.kernels {
+            let mut clone = std::ptr::null_mut();
+            // SAFETY: `node` belongs to the original of `raw`.
+            check("cuGraphNodeFindInClone", unsafe {
+                cuda_sys::cuGraphNodeFindInClone(&mut clone, node as CUgraphNode, raw)
+            })?;
+            kernels.insert(clone as usize, info.clone());
+        }
+        Ok(Self::from_parts(&self.ctx, raw, self.keep.clone(), kernels))
+    }
+
+    /// Writes the graph in Graphviz DOT form to `path` (`cuGraphDebugDotPrint`, verbose).
+    pub fn write_dot(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let c = CString::new(path.to_string_lossy().as_bytes())
+            .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
+        let flags = cuda_sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
+        // SAFETY: valid graph and NUL-terminated path.
+        check("cuGraphDebugDotPrint", unsafe {
+            cuda_sys::cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)
+        })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        let inner = &self.ctx.inner;
+        // SAFETY: we own the graph; execs made from it are independent of it.
+        let r = inner.bind().and_then(|_| {
+            check("cuGraphDestroy", unsafe {
+                cuda_sys::cuGraphDestroy(self.raw)
+            })
+        });
+        inner.record(r);
+    }
+}
+
+pub(crate) fn kernel_params(
+    f: &Function,
+    c: &LaunchConfig,
+    params: *mut *mut c_void,
+) -> cuda_sys::CUDA_KERNEL_NODE_PARAMS {
+    cuda_sys::CUDA_KERNEL_NODE_PARAMS {
+        func: f.as_raw(),
+        gridDimX: c.grid.x,
+        gridDimY: c.grid.y,
+        gridDimZ: c.grid.z,
+        blockDimX: c.block.x,
+        blockDimY: c.block.y,
+        blockDimZ: c.block.z,
+        sharedMemBytes: c.shared_mem_bytes,
+        kernelParams: params,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn copy_params<T: Pod>(
+    dst: &DeviceBuffer<T>,
+    src: &DeviceBuffer<T>,
+) -> cuda_sys::CUDA_MEMCPY3D {
+    let device = cuda_sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    cuda_sys::CUDA_MEMCPY3D {
+        srcMemoryType: device,
+        srcDevice: src.as_raw(),
+        dstMemoryType: device,
+        dstDevice: dst.as_raw(),
+        WidthInBytes: dst.num_bytes(),
+        Height: 1,
+        Depth: 1,
+        ..Default::default()
+    }
+}
+
+pub(crate) fn memset_params<T: Pod>(
+    call: &'static str,
+    dst: &DeviceBuffer<T>,
+    value: u32,
+) -> Result<cuda_sys::CUDA_MEMSET_NODE_PARAMS> {
+    if dst.num_bytes() % 4 != 0 || dst.is_empty() {
+        return Err(Error::invalid(
+            call,
+            format!("{} bytes is not a non-empty multiple of 4", dst.num_bytes()),
+        ));
+    }
+    Ok(cuda_sys::CUDA_MEMSET_NODE_PARAMS {
+        dst: dst.as_raw(),
+        pitch: 0,
+        value,
+        elementSize: 4,
+        width: dst.num_bytes() / 4,
+        height: 1,
+    })
+}
