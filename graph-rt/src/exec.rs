@@ -11,7 +11,9 @@ use cuda_sys::{CUgraphExec, CUgraphExecUpdateResult as R, CUgraphInstantiate_fla
 
 use crate::context::Context;
 use crate::error::{check, Error, Result};
-use crate::graph::{copy_params, kernel_params, memset_params, Graph, KernelInfo, Node};
+use crate::graph::{
+    copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
+};
 use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
 use crate::stream::{Stream, StreamInner};
@@ -103,10 +105,17 @@ pub enum ExecUpdate {
 /// It keeps alive everything the graph it came from kept alive, and everything its nodes are
 /// rebound to, until it is dropped; dropping it first waits for its last launch to finish.
 /// CUDA does not allow concurrent calls on one exec: a `GraphExec` may move between threads
-/// (`Send`) but not be shared by them (`!Sync`), and every change takes `&mut self`.
+/// (`Send`) but not be shared by them (`!Sync`), and every change takes `&mut self`:
+///
+/// ```compile_fail
+/// fn shared_between_threads<T: Sync>() {}
+/// shared_between_threads::<graph_rt_core::GraphExec>();
+/// ```
 pub struct GraphExec {
     raw: CUgraphExec,
     ctx: Context,
+    // The graph whose nodes name this exec's nodes in per-node updates.
+    graph: Arc<GraphHandle>,
     flags: u64,
     retained: HashMap<usize, Resource>,
     kernels: HashMap<usize, KernelInfo>,
@@ -147,6 +156,7 @@ impl Graph {
         let mut exec = GraphExec {
             raw,
             ctx: self.ctx.clone(),
+            graph: self.handle.clone(),
             flags: options.flags(),
             retained: HashMap::new(),
             kernels: HashMap::new(),
@@ -189,6 +199,7 @@ fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result
 impl GraphExec {
     /// Takes over what `graph` keeps alive and knows of its nodes.
     fn adopt(&mut self, graph: &Graph) -> Result<()> {
+        self.graph = graph.handle.clone();
         for r in &graph.keep {
             self.retained.entry(key(r)).or_insert_with(|| r.clone());
         }

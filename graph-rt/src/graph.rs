@@ -113,9 +113,15 @@ impl crate::launch::KernelArg for GraphAllocation {
 /// A CUDA graph (`CUgraph`), destroyed on drop.
 ///
 /// CUDA graphs are not thread-safe: a `Graph` may move between threads (`Send`) but not be shared
-/// by them (`!Sync`), and every change takes `&mut self`.
+/// by them (`!Sync`), and every change takes `&mut self`:
+///
+/// ```compile_fail
+/// fn shared_between_threads<T: Sync>() {}
+/// shared_between_threads::<graph_rt_core::Graph>();
+/// ```
 pub struct Graph {
     pub(crate) raw: CUgraph,
+    pub(crate) handle: Arc<GraphHandle>,
     pub(crate) ctx: Context,
     pub(crate) keep: Vec<Resource>,
     pub(crate) kernels: HashMap<usize, KernelInfo>,
@@ -125,6 +131,30 @@ pub struct Graph {
 // SAFETY: a CUgraph may be used from any thread as long as calls on it are not concurrent, which
 // `!Sync` and `&mut self` for changes ensure.
 unsafe impl Send for Graph {}
+
+/// Owns the `CUgraph`: shared with the execs made from it, whose per-node updates name its nodes.
+pub(crate) struct GraphHandle {
+    raw: CUgraph,
+    ctx: Context,
+}
+
+// SAFETY: execs only keep the handle alive; they never call into the graph concurrently.
+unsafe impl Send for GraphHandle {}
+// SAFETY: as above.
+unsafe impl Sync for GraphHandle {}
+
+impl Drop for GraphHandle {
+    fn drop(&mut self) {
+        let inner = &self.ctx.inner;
+        // SAFETY: the last owner of the graph is gone.
+        let r = inner.bind().and_then(|_| {
+            check("cuGraphDestroy", unsafe {
+                cuda_sys::cuGraphDestroy(self.raw)
+            })
+        });
+        inner.record(r);
+    }
+}
 
 impl std::fmt::Debug for Graph {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -157,8 +187,13 @@ impl Graph {
         keep: Vec<Resource>,
         kernels: HashMap<usize, KernelInfo>,
     ) -> Self {
+        let handle = Arc::new(GraphHandle {
+            raw,
+            ctx: ctx.clone(),
+        });
         Self {
             raw,
+            handle,
             ctx: ctx.clone(),
             keep,
             kernels,
@@ -511,19 +546,6 @@ impl Graph {
         check("cuGraphDebugDotPrint", unsafe {
             cuda_sys::cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)
         })
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        let inner = &self.ctx.inner;
-        // SAFETY: we own the graph; execs made from it are independent of it.
-        let r = inner.bind().and_then(|_| {
-            check("cuGraphDestroy", unsafe {
-                cuda_sys::cuGraphDestroy(self.raw)
-            })
-        });
-        inner.record(r);
     }
 }
 
