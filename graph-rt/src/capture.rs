@@ -12,7 +12,7 @@ use cuda_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
 
 use crate::error::{check, Error, Result};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, KernelInfo, Node};
+use crate::graph::{Graph, Node};
 use crate::launch::{KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
 use crate::module::Function;
@@ -57,7 +57,7 @@ pub enum CaptureStatus {
 pub struct CaptureScope<'s> {
     stream: &'s Stream,
     keep: RefCell<Vec<Resource>>,
-    functions: RefCell<HashMap<usize, (Function, LaunchConfig)>>,
+    functions: RefCell<HashMap<usize, Function>>,
 }
 
 impl<'s> CaptureScope<'s> {
@@ -93,9 +93,11 @@ impl<'s> CaptureScope<'s> {
         args: A,
     ) -> Result<()> {
         args.retain(&mut self.keep.borrow_mut());
-        self.functions
-            .borrow_mut()
-            .insert(f.as_raw() as usize, (f.clone(), *config));
+        let mut functions = self.functions.borrow_mut();
+        if !functions.contains_key(&(f.as_raw() as usize)) {
+            functions.insert(f.as_raw() as usize, f.clone());
+        }
+        drop(functions);
         // SAFETY: forwarded; the arguments are kept alive by the graph.
         unsafe { stream.launch(f, config, args) }
     }
@@ -209,9 +211,7 @@ impl Stream {
         })
         .map_err(Error::into_capture)?;
         let (raw, keep, functions) = self.record_and_end(record)?;
-        let mut graph = Graph::from_parts(self.context(), raw, keep, Default::default());
-        graph.index_kernels(functions)?;
-        Ok(graph)
+        Ok(Graph::from_parts(self.context(), raw, keep, functions))
     }
 
     /// Captures the work `record` queues into `graph`, after the nodes `after`
@@ -227,6 +227,8 @@ impl Stream {
         F: FnOnce(&CaptureScope<'_>) -> Result<()>,
     {
         self.context().bind()?;
+        let handle = graph.handle.clone();
+        let _guard = handle.lock();
         let deps: Vec<_> = after.iter().map(|n| n.raw).collect();
         // SAFETY: valid stream, graph and dependency list; no edge data.
         check("cuStreamBeginCaptureToGraph", unsafe {
@@ -241,19 +243,16 @@ impl Stream {
         })
         .map_err(Error::into_capture)?;
         let (_, keep, functions) = self.record_and_end(record)?;
-        graph.keep.extend(keep);
-        graph.index_kernels(functions)
+        graph.kept().extend(keep);
+        graph.functions.extend(functions);
+        Ok(())
     }
 
     #[allow(clippy::type_complexity)]
     fn record_and_end<F>(
         &self,
         record: F,
-    ) -> Result<(
-        CUgraph,
-        Vec<Resource>,
-        HashMap<usize, (Function, LaunchConfig)>,
-    )>
+    ) -> Result<(CUgraph, Vec<Resource>, HashMap<usize, Function>)>
     where
         F: FnOnce(&CaptureScope<'_>) -> Result<()>,
     {
@@ -286,38 +285,5 @@ impl Stream {
             }
             _ => CaptureStatus::None,
         })
-    }
-}
-
-impl Graph {
-    /// Learns which function each kernel node of a captured graph runs, so that its arguments
-    /// can be checked when an exec updates them.
-    fn index_kernels(&mut self, functions: HashMap<usize, (Function, LaunchConfig)>) -> Result<()> {
-        for node in self.nodes()? {
-            if self.kernels.contains_key(&node.key())
-                || self.node_kind(node)? != crate::graph::NodeKind::Kernel
-            {
-                continue;
-            }
-            let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
-            // SAFETY: a kernel node of this graph; the driver fills `p`.
-            check("cuGraphKernelNodeGetParams", unsafe {
-                cuda_sys::cuGraphKernelNodeGetParams(node.raw, &mut p)
-            })?;
-            if let Some((function, config)) = functions.get(&(p.func as usize)) {
-                let mut config = *config;
-                config.grid = (p.gridDimX, p.gridDimY, p.gridDimZ).into();
-                config.block = (p.blockDimX, p.blockDimY, p.blockDimZ).into();
-                config.shared_mem_bytes = p.sharedMemBytes;
-                self.kernels.insert(
-                    node.key(),
-                    KernelInfo {
-                        function: function.clone(),
-                        config,
-                    },
-                );
-            }
-        }
-        Ok(())
     }
 }

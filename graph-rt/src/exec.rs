@@ -7,15 +7,18 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::{CUgraphExec, CUgraphExecUpdateResult as R, CUgraphInstantiate_flags as F};
+use cuda_sys::{
+    CUgraphExec, CUgraphExecUpdateResult as R, CUgraphInstantiate_flags as F, CUgraphNode,
+};
 
 use crate::context::Context;
 use crate::error::{check, Error, Result};
 use crate::graph::{
-    copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
+    copy_params, kernel_params, memset_params, nodes_of, Graph, GraphHandle, KernelInfo, Node,
 };
 use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
+use crate::module::Function;
 use crate::stream::{Stream, StreamInner};
 
 /// How to instantiate a graph.
@@ -114,13 +117,21 @@ pub enum ExecUpdate {
 pub struct GraphExec {
     raw: CUgraphExec,
     ctx: Context,
-    // The graph whose nodes name this exec's nodes in per-node updates.
+    // The graph instantiated: its nodes name this exec's nodes in per-node updates.
     graph: Arc<GraphHandle>,
     flags: u64,
+    // What the instantiated graph keeps alive.
+    graph_keep: Arc<Vec<Resource>>,
+    // What rebinding and in-place updates added, by address.
     retained: HashMap<usize, Resource>,
+    functions: HashMap<usize, Function>,
+    // Function and configuration of kernel nodes, read lazily and kept current.
     kernels: HashMap<usize, KernelInfo>,
-    nodes: Vec<Node>,
-    node_set: HashSet<usize>,
+    // After an in-place update: the graph whose nodes hold the current parameters, paired with
+    // the exec's nodes in creation order (lazily).
+    params_source: Option<Arc<GraphHandle>>,
+    pairing: HashMap<usize, CUgraphNode>,
+    node_set: Option<HashSet<usize>>,
     scratch: Vec<Resource>,
     last_stream: RefCell<Option<Arc<StreamInner>>>,
     last_raw: Cell<usize>,
@@ -153,22 +164,23 @@ impl Graph {
     /// Instantiates the graph (`cuGraphInstantiateWithParams`).
     pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
         let raw = instantiate_raw(self, options.flags(), options.upload)?;
-        let mut exec = GraphExec {
+        Ok(GraphExec {
             raw,
             ctx: self.ctx.clone(),
             graph: self.handle.clone(),
             flags: options.flags(),
+            graph_keep: self.keep.clone(),
             retained: HashMap::new(),
+            functions: self.functions.clone(),
             kernels: HashMap::new(),
-            nodes: Vec::new(),
-            node_set: HashSet::new(),
+            params_source: None,
+            pairing: HashMap::new(),
+            node_set: None,
             scratch: Vec::new(),
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
             _not_sync: PhantomData,
-        };
-        exec.adopt(self)?;
-        Ok(exec)
+        })
     }
 }
 
@@ -197,16 +209,16 @@ fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result
 }
 
 impl GraphExec {
-    /// Takes over what `graph` keeps alive and knows of its nodes.
-    fn adopt(&mut self, graph: &Graph) -> Result<()> {
-        self.graph = graph.handle.clone();
-        for r in &graph.keep {
+    /// Takes over what `graph` keeps alive and the functions its kernel nodes run.
+    fn absorb(&mut self, graph: &Graph) {
+        for r in graph.keep.iter() {
             self.retained.entry(key(r)).or_insert_with(|| r.clone());
         }
-        self.nodes = graph.nodes()?;
-        self.node_set = self.nodes.iter().map(Node::key).collect();
-        self.kernels = graph.kernels.clone();
-        Ok(())
+        for (k, f) in &graph.functions {
+            self.functions.entry(*k).or_insert_with(|| f.clone());
+        }
+        self.kernels.clear();
+        self.pairing.clear();
     }
 
     /// The raw `CUgraphExec`. Do not destroy it; rebinding through it is not tracked.
@@ -216,7 +228,7 @@ impl GraphExec {
 
     /// How many distinct resources the exec keeps alive.
     pub fn retained_count(&self) -> usize {
-        self.retained.len()
+        self.graph_keep.len() + self.retained.len()
     }
 
     fn same_context(&self, stream: &Stream, call: &'static str) -> Result<()> {
@@ -258,14 +270,16 @@ impl GraphExec {
         Ok(())
     }
 
-    fn kernel(&self, node: Node, call: &'static str) -> Result<&KernelInfo> {
-        self.kernels.get(&node.key()).ok_or_else(|| {
-            Error::invalid(call, "not a kernel node of this exec's graph that graph-rt launched (use its capture scope or Graph::add_kernel)")
-        })
-    }
-
-    fn member(&self, node: Node, call: &'static str) -> Result<()> {
-        if self.node_set.contains(&node.key()) {
+    fn member(&mut self, node: Node, call: &'static str) -> Result<()> {
+        if self.node_set.is_none() {
+            let _guard = self.graph.lock();
+            self.node_set = Some(nodes_of(self.graph.raw())?.iter().map(Node::key).collect());
+        }
+        if self
+            .node_set
+            .as_ref()
+            .is_some_and(|s| s.contains(&node.key()))
+        {
             Ok(())
         } else {
             Err(Error::invalid(
@@ -273,6 +287,67 @@ impl GraphExec {
                 "the node is not in the graph this exec was instantiated from",
             ))
         }
+    }
+
+    /// What graph-rt knows of kernel node `node`, read from the graph on first use.
+    fn kernel(&mut self, node: Node, call: &'static str) -> Result<&mut KernelInfo> {
+        if !self.kernels.contains_key(&node.key()) {
+            self.member(node, call)?;
+            let source = match &self.params_source {
+                None => node.raw,
+                Some(_) => self.paired(node)?,
+            };
+            let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
+            {
+                let _guard = self.params_source.as_ref().unwrap_or(&self.graph).lock();
+                // SAFETY: a node of a graph we keep alive; the driver fills `p`.
+                check("cuGraphKernelNodeGetParams", unsafe {
+                    cuda_sys::cuGraphKernelNodeGetParams(source, &mut p)
+                })
+                .map_err(|_| Error::invalid(call, "not a kernel node"))?;
+            }
+            let function = self.functions.get(&(p.func as usize)).cloned().ok_or_else(|| {
+                Error::invalid(call, "the kernel node runs a function not launched through graph-rt (capture scope or Graph::add_kernel)")
+            })?;
+            let config = LaunchConfig::new(
+                (p.gridDimX, p.gridDimY, p.gridDimZ),
+                (p.blockDimX, p.blockDimY, p.blockDimZ),
+            )
+            .shared_mem(p.sharedMemBytes);
+            self.kernels
+                .insert(node.key(), KernelInfo { function, config });
+        }
+        self.kernels
+            .get_mut(&node.key())
+            .ok_or_else(|| Error::invalid(call, "not a kernel node"))
+    }
+
+    /// The node of `params_source` paired with the exec's `node` (creation order).
+    fn paired(&mut self, node: Node) -> Result<CUgraphNode> {
+        if self.pairing.is_empty() {
+            let ours = {
+                let _guard = self.graph.lock();
+                nodes_of(self.graph.raw())?
+            };
+            let source = self
+                .params_source
+                .as_ref()
+                .map(Arc::clone)
+                .unwrap_or_else(|| self.graph.clone());
+            let theirs = {
+                let _guard = source.lock();
+                nodes_of(source.raw())?
+            };
+            self.pairing = ours
+                .iter()
+                .zip(&theirs)
+                .map(|(o, t)| (o.key(), t.raw))
+                .collect();
+        }
+        self.pairing
+            .get(&node.key())
+            .copied()
+            .ok_or_else(|| Error::invalid("cuGraphExecUpdate", "node pairing lost"))
     }
 
     /// Rebinds a kernel node's arguments, keeping its launch configuration. The arguments are
@@ -299,23 +374,21 @@ impl GraphExec {
         args: A,
     ) -> Result<()> {
         const CALL: &str = "cuGraphExecKernelNodeSetParams";
-        let function = self.kernel(node, CALL)?.function.clone();
-        let layout = function.param_layout()?;
         let raw = self.raw;
+        let info = self.kernel(node, CALL)?;
+        let layout = info.function.param_layout()?;
         args.with_params(|params, sizes| {
-            check_layout(&function, layout, sizes, CALL)?;
-            let p = kernel_params(&function, config, params.as_mut_ptr());
+            check_layout(&info.function, layout, sizes, CALL)?;
+            let p = kernel_params(&info.function, config, params.as_mut_ptr());
             // SAFETY: a kernel node of this exec; parameter values alive for the call (the
             // driver copies them).
             check(CALL, unsafe {
                 cuda_sys::cuGraphExecKernelNodeSetParams(raw, node.raw, &p)
             })
         })?;
-        if let Some(info) = self.kernels.get_mut(&node.key()) {
-            info.config.grid = config.grid;
-            info.config.block = config.block;
-            info.config.shared_mem_bytes = config.shared_mem_bytes;
-        }
+        info.config.grid = config.grid;
+        info.config.block = config.block;
+        info.config.shared_mem_bytes = config.shared_mem_bytes;
         args.retain(&mut self.scratch);
         for r in self.scratch.drain(..) {
             self.retained.entry(key(&r)).or_insert(r);
@@ -395,7 +468,8 @@ impl GraphExec {
         // SAFETY: valid exec, graph and out-pointer.
         let r = unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) };
         if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
-            self.adopt_updated(graph);
+            self.absorb(graph);
+            self.params_source = Some(graph.handle.clone());
             return Ok(());
         }
         let kind = match info.result {
@@ -438,36 +512,11 @@ impl GraphExec {
                 });
                 self.ctx.inner.record(r);
                 self.raw = raw;
-                self.adopt(graph)?;
+                self.absorb(graph);
+                self.graph = graph.handle.clone();
+                self.params_source = None;
+                self.node_set = None;
                 Ok(ExecUpdate::Reinstantiated(failure))
-            }
-        }
-    }
-
-    /// After an in-place update, the exec's nodes are those of its original graph, paired with
-    /// `graph`'s in creation order: carry over what graph-rt knows of each kernel node.
-    fn adopt_updated(&mut self, graph: &Graph) {
-        for r in &graph.keep {
-            self.retained.entry(key(r)).or_insert_with(|| r.clone());
-        }
-        let new_nodes = graph.nodes().unwrap_or_default();
-        if new_nodes.len() != self.nodes.len() {
-            self.kernels.clear();
-            return;
-        }
-        for (old, new) in self.nodes.iter().zip(&new_nodes) {
-            match graph.kernels.get(&new.key()) {
-                Some(info)
-                    if self
-                        .kernels
-                        .get(&old.key())
-                        .is_none_or(|o| o.function.as_raw() == info.function.as_raw()) =>
-                {
-                    self.kernels.insert(old.key(), info.clone());
-                }
-                _ => {
-                    self.kernels.remove(&old.key());
-                }
             }
         }
     }

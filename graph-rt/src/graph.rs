@@ -85,7 +85,7 @@ impl From<CUgraphNodeType> for NodeKind {
     }
 }
 
-/// What graph-rt knows of a kernel node: the function (kept alive) and its configuration.
+/// What graph-rt knows of a kernel node of an exec: its function and current configuration.
 #[derive(Clone)]
 pub(crate) struct KernelInfo {
     pub(crate) function: Function,
@@ -123,8 +123,8 @@ pub struct Graph {
     pub(crate) raw: CUgraph,
     pub(crate) handle: Arc<GraphHandle>,
     pub(crate) ctx: Context,
-    pub(crate) keep: Vec<Resource>,
-    pub(crate) kernels: HashMap<usize, KernelInfo>,
+    pub(crate) keep: Arc<Vec<Resource>>,
+    pub(crate) functions: HashMap<usize, Function>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -136,9 +136,21 @@ unsafe impl Send for Graph {}
 pub(crate) struct GraphHandle {
     raw: CUgraph,
     ctx: Context,
+    // Serialises the driver calls on the graph of its `Graph` and of the execs that read it.
+    lock: parking_lot::Mutex<()>,
 }
 
-// SAFETY: execs only keep the handle alive; they never call into the graph concurrently.
+impl GraphHandle {
+    pub(crate) fn raw(&self) -> CUgraph {
+        self.raw
+    }
+
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.lock.lock()
+    }
+}
+
+// SAFETY: every driver call on the graph, by its `Graph` or by an exec, holds `lock`.
 unsafe impl Send for GraphHandle {}
 // SAFETY: as above.
 unsafe impl Sync for GraphHandle {}
@@ -185,18 +197,19 @@ impl Graph {
         ctx: &Context,
         raw: CUgraph,
         keep: Vec<Resource>,
-        kernels: HashMap<usize, KernelInfo>,
+        functions: HashMap<usize, Function>,
     ) -> Self {
         let handle = Arc::new(GraphHandle {
             raw,
             ctx: ctx.clone(),
+            lock: parking_lot::Mutex::new(()),
         });
         Self {
             raw,
             handle,
             ctx: ctx.clone(),
-            keep,
-            kernels,
+            keep: Arc::new(keep),
+            functions,
             _not_sync: PhantomData,
         }
     }
@@ -223,7 +236,11 @@ impl Graph {
 
     /// Keeps `resource` alive as long as this graph and its execs.
     pub fn keep_alive(&mut self, resource: Resource) {
-        self.keep.push(resource);
+        self.kept().push(resource);
+    }
+
+    pub(crate) fn kept(&mut self) -> &mut Vec<Resource> {
+        Arc::make_mut(&mut self.keep)
     }
 
     /// Adds a kernel node after `deps`, checking `args` against the kernel's parameter layout.
@@ -237,6 +254,8 @@ impl Graph {
         config: &LaunchConfig,
         args: A,
     ) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         self.ctx.bind()?;
         let layout = f.param_layout()?;
         let deps = raw_nodes(deps);
@@ -256,14 +275,8 @@ impl Graph {
                 cuda_sys::cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)
             })?;
         }
-        args.retain(&mut self.keep);
-        self.kernels.insert(
-            node as usize,
-            KernelInfo {
-                function: f.clone(),
-                config: *config,
-            },
-        );
+        args.retain(self.kept());
+        self.functions.insert(f.as_raw() as usize, f.clone());
         Ok(Node { raw: node })
     }
 
@@ -274,6 +287,8 @@ impl Graph {
         dst: &DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
     ) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         if dst.len() != src.len() {
             return Err(Error::invalid(
                 "cuGraphAddMemcpyNode",
@@ -295,8 +310,8 @@ impl Graph {
                 self.ctx.as_raw(),
             )
         })?;
-        self.keep.push(dst.allocation().clone());
-        self.keep.push(src.allocation().clone());
+        self.kept().push(dst.allocation().clone());
+        self.kept().push(src.allocation().clone());
         Ok(Node { raw: node })
     }
 
@@ -307,6 +322,8 @@ impl Graph {
         dst: &DeviceBuffer<T>,
         value: u32,
     ) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let p = memset_params("cuGraphAddMemsetNode", dst, value)?;
         let deps = raw_nodes(deps);
         let mut node = std::ptr::null_mut();
@@ -322,12 +339,14 @@ impl Graph {
                 self.ctx.as_raw(),
             )
         })?;
-        self.keep.push(dst.allocation().clone());
+        self.kept().push(dst.allocation().clone());
         Ok(Node { raw: node })
     }
 
     /// Adds a node that does nothing: a join point.
     pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let deps = raw_nodes(deps);
         let mut node = std::ptr::null_mut();
         // SAFETY: valid graph and dependency list.
@@ -339,6 +358,8 @@ impl Graph {
 
     /// Adds a node that records `event`.
     pub fn add_event_record(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let deps = raw_nodes(deps);
         let mut node = std::ptr::null_mut();
         // SAFETY: valid graph, dependencies and event (kept alive below).
@@ -351,12 +372,14 @@ impl Graph {
                 event.as_raw(),
             )
         })?;
-        self.keep.push(event.resource());
+        self.kept().push(event.resource());
         Ok(Node { raw: node })
     }
 
     /// Adds a node that waits for `event`.
     pub fn add_event_wait(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let deps = raw_nodes(deps);
         let mut node = std::ptr::null_mut();
         // SAFETY: valid graph, dependencies and event (kept alive below).
@@ -369,12 +392,14 @@ impl Graph {
                 event.as_raw(),
             )
         })?;
-        self.keep.push(event.resource());
+        self.kept().push(event.resource());
         Ok(Node { raw: node })
     }
 
     /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
     pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let deps = raw_nodes(deps);
         let mut node = std::ptr::null_mut();
         // SAFETY: valid graphs; the driver clones the child.
@@ -387,7 +412,10 @@ impl Graph {
                 child.raw,
             )
         })?;
-        self.keep.extend(child.keep.iter().cloned());
+        let child_keep = child.keep.clone();
+        self.kept().extend(child_keep.iter().cloned());
+        self.functions
+            .extend(child.functions.iter().map(|(k, f)| (*k, f.clone())));
         Ok(Node { raw: node })
     }
 
@@ -397,6 +425,8 @@ impl Graph {
         deps: &[Node],
         callback: F,
     ) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         unsafe extern "C" fn trampoline<F: Fn()>(data: *mut c_void) {
             // SAFETY: `data` is the `Arc<F>` this graph keeps alive while the node exists.
             let f = unsafe { &*(data as *const F) };
@@ -414,7 +444,7 @@ impl Graph {
         check("cuGraphAddHostNode", unsafe {
             cuda_sys::cuGraphAddHostNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &p)
         })?;
-        self.keep.push(callback);
+        self.kept().push(callback);
         Ok(Node { raw: node })
     }
 
@@ -424,6 +454,8 @@ impl Graph {
         deps: &[Node],
         bytes: usize,
     ) -> Result<(Node, GraphAllocation)> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let mut p = cuda_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
         p.poolProps.allocType = cuda_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         p.poolProps.location.type_ = cuda_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
@@ -441,6 +473,8 @@ impl Graph {
 
     /// Adds a node that frees a graph allocation.
     pub fn add_mem_free(&mut self, deps: &[Node], allocation: GraphAllocation) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let deps = raw_nodes(deps);
         let mut node = std::ptr::null_mut();
         // SAFETY: valid graph and dependencies; the driver checks the address.
@@ -458,6 +492,8 @@ impl Graph {
 
     /// Makes each node of `to` depend on the node of `from` at the same index.
     pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         if from.len() != to.len() {
             return Err(Error::invalid(
                 "cuGraphAddDependencies",
@@ -473,22 +509,15 @@ impl Graph {
 
     /// Every node, in creation order.
     pub fn nodes(&self) -> Result<Vec<Node>> {
-        let mut n = 0;
-        // SAFETY: a null array asks for the count.
-        check("cuGraphGetNodes", unsafe {
-            cuda_sys::cuGraphGetNodes(self.raw, std::ptr::null_mut(), &mut n)
-        })?;
-        let mut raw = vec![std::ptr::null_mut(); n];
-        // SAFETY: the array holds n entries.
-        check("cuGraphGetNodes", unsafe {
-            cuda_sys::cuGraphGetNodes(self.raw, raw.as_mut_ptr(), &mut n)
-        })?;
-        raw.truncate(n);
-        Ok(raw.into_iter().map(|raw| Node { raw }).collect())
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
+        nodes_of(self.raw)
     }
 
     /// Every edge `(from, to)`.
     pub fn edges(&self) -> Result<Vec<(Node, Node)>> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let mut n = 0;
         // SAFETY: null arrays ask for the count.
         check("cuGraphGetEdges", unsafe {
@@ -509,6 +538,8 @@ impl Graph {
 
     /// What `node` does.
     pub fn node_kind(&self, node: Node) -> Result<NodeKind> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: valid out-pointer; the driver validates the node.
         check("cuGraphNodeGetType", unsafe {
@@ -519,25 +550,22 @@ impl Graph {
 
     /// A deep copy (`cuGraphClone`) that keeps the same resources alive.
     pub fn try_clone(&self) -> Result<Graph> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid graph and out-pointer.
         check("cuGraphClone", unsafe {
             cuda_sys::cuGraphClone(&mut raw, self.raw)
         })?;
-        let mut kernels = HashMap::with_capacity(self.kernels.len());
-        for (&node, info) in &self.kernels {
-            let mut clone = std::ptr::null_mut();
-            // SAFETY: `node` belongs to the original of `raw`.
-            check("cuGraphNodeFindInClone", unsafe {
-                cuda_sys::cuGraphNodeFindInClone(&mut clone, node as CUgraphNode, raw)
-            })?;
-            kernels.insert(clone as usize, info.clone());
-        }
-        Ok(Self::from_parts(&self.ctx, raw, self.keep.clone(), kernels))
+        let mut clone = Self::from_parts(&self.ctx, raw, Vec::new(), self.functions.clone());
+        clone.keep = self.keep.clone();
+        Ok(clone)
     }
 
     /// Writes the graph in Graphviz DOT form to `path` (`cuGraphDebugDotPrint`, verbose).
     pub fn write_dot(&self, path: impl AsRef<Path>) -> Result<()> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
         let path = path.as_ref();
         let c = CString::new(path.to_string_lossy().as_bytes())
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
@@ -547,6 +575,22 @@ impl Graph {
             cuda_sys::cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)
         })
     }
+}
+
+/// The nodes of a graph, in creation order (`cuGraphGetNodes`).
+pub(crate) fn nodes_of(graph: CUgraph) -> Result<Vec<Node>> {
+    let mut n = 0;
+    // SAFETY: a null array asks for the count.
+    check("cuGraphGetNodes", unsafe {
+        cuda_sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)
+    })?;
+    let mut raw = vec![std::ptr::null_mut(); n];
+    // SAFETY: the array holds n entries.
+    check("cuGraphGetNodes", unsafe {
+        cuda_sys::cuGraphGetNodes(graph, raw.as_mut_ptr(), &mut n)
+    })?;
+    raw.truncate(n);
+    Ok(raw.into_iter().map(|raw| Node { raw }).collect())
 }
 
 pub(crate) fn kernel_params(

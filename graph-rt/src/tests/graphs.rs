@@ -392,7 +392,12 @@ fn explicit_graph_with_every_node_kind() {
     let _ = std::fs::remove_file(dot);
     // Graphs with memory-allocation nodes cannot be cloned (CUDA); the error says so, typed.
     assert_eq!(graph.try_clone().unwrap_err().call(), Some("cuGraphClone"));
-    let exec = graph.instantiate_with(&InstantiateOptions { upload: Some(&stream), ..Default::default() }).unwrap();
+    let exec = graph
+        .instantiate_with(&InstantiateOptions {
+            upload: Some(&stream),
+            ..Default::default()
+        })
+        .unwrap();
     drop(graph);
     let mut x = x;
     for round in 1..=3 {
