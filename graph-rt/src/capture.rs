@@ -93,11 +93,10 @@ impl<'s> CaptureScope<'s> {
         args: A,
     ) -> Result<()> {
         args.retain(&mut self.keep.borrow_mut());
-        let mut functions = self.functions.borrow_mut();
-        if !functions.contains_key(&(f.as_raw() as usize)) {
-            functions.insert(f.as_raw() as usize, f.clone());
-        }
-        drop(functions);
+        self.functions
+            .borrow_mut()
+            .entry(f.as_raw() as usize)
+            .or_insert_with(|| f.clone());
         // SAFETY: forwarded; the arguments are kept alive by the graph.
         unsafe { stream.launch(f, config, args) }
     }
@@ -148,6 +147,18 @@ impl<'s> CaptureScope<'s> {
     /// Keeps `resource` alive as long as the graph (for work queued by other means).
     pub fn keep_alive(&self, resource: Resource) {
         self.keep.borrow_mut().push(resource);
+    }
+}
+
+impl crate::launch::Launcher for CaptureScope<'_> {
+    unsafe fn launch<A: KernelArgs>(
+        &self,
+        f: &Function,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { CaptureScope::launch(self, f, config, args) }
     }
 }
 

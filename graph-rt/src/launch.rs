@@ -246,6 +246,35 @@ tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, 
 tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14);
 tuple_args!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11, M 12, N 13, O 14, P 15);
 
+/// Where kernels can be launched: a [`Stream`] (runs them) or a
+/// [`CaptureScope`](crate::CaptureScope) (records them into a graph, keeping their arguments
+/// alive). Code written against it serves both.
+pub trait Launcher {
+    /// Launches (or records) `f` with `args`, checked against the kernel's parameter layout.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`].
+    unsafe fn launch<A: KernelArgs>(
+        &self,
+        f: &Function,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()>;
+}
+
+impl Launcher for Stream {
+    #[inline]
+    unsafe fn launch<A: KernelArgs>(
+        &self,
+        f: &Function,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { Stream::launch(self, f, config, args) }
+    }
+}
+
 /// Checks argument sizes against the kernel's parameter layout.
 pub(crate) fn check_layout(
     f: &Function,

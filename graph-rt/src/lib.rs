@@ -42,7 +42,7 @@ pub use error::{check, Error, Result};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
 pub use graph::{Graph, GraphAllocation, Node, NodeKind};
-pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Resource};
+pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Launcher, Resource};
 pub use memory::{DeviceBuffer, PinnedHostBuffer};
 pub use module::{Function, Module, ParamInfo};
 pub use stream::{Stream, StreamFlags};

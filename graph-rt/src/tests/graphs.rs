@@ -81,7 +81,8 @@ fn illegal_calls_inside_capture_are_typed_errors_and_the_stream_recovers() {
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 3);
-    let cases: [(&str, &dyn Fn(&crate::CaptureScope<'_>) -> crate::Result<()>); 3] = [
+    type Body<'a> = &'a dyn Fn(&crate::CaptureScope<'_>) -> crate::Result<()>;
+    let cases: [(&str, Body); 3] = [
         ("cuStreamSynchronize", &|s| s.stream().synchronize()),
         ("cuMemAlloc", &|_| {
             DeviceBuffer::<f32>::alloc(&ctx, 16).map(drop)
@@ -497,4 +498,29 @@ fn capture_into_an_existing_graph_and_launch_on_another_stream() {
     exec.launch(&s1).unwrap();
     s1.synchronize().unwrap();
     check_chain(&bufs[2], &x, 2);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn rebinding_every_node_of_a_captured_chain_in_node_order() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let (mut a, b) = (buffers(&ctx, 21), buffers(&ctx, 21));
+    let graph = capture_chain(&stream, &f, &mut a).unwrap();
+    let nodes = graph.nodes().unwrap();
+    let mut exec = graph.instantiate().unwrap();
+    for (k, node) in nodes.iter().enumerate() {
+        // SAFETY: N-element distinct buffers.
+        unsafe {
+            exec.set_kernel_args(*node, (&b[k], &b[k + 1], N as i32))
+                .unwrap()
+        };
+    }
+    let x = random_f32(N);
+    let mut b = b;
+    b[0].copy_from_host(&x).unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    check_chain(&b[20], &x, 20);
 }

@@ -1,0 +1,274 @@
+//! Chains of N tiny kernels (shared/baseline's workload: `add1` over 4096 floats, kernel k reads
+//! buffer k and writes buffer k+1), N ∈ {10, 50, 200, 1000}. Every iteration rebinds every
+//! pointer (two buffer sets, alternating) where the case rebinds at all, and synchronizes.
+//!
+//! Cases: eager launches; graph replay without rebinding (the floor); rebinding by per-node
+//! parameter update; rebinding by re-capture + exec update; and the host cost of capture +
+//! instantiate through graph-rt vs the raw driver calls. Prints a table of medians and ratios.
+//!
+//! ```text
+//! cargo bench --bench graphs
+//! ```
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use graph_rt::sys;
+use graph_rt::{
+    CaptureMode, Context, DeviceBuffer, ExecUpdate, Function, Graph, LaunchConfig, Module, Stream,
+};
+
+const ELEMS: usize = 4096;
+const SIZES: [usize; 4] = [10, 50, 200, 1000];
+
+/// Per-sample mean times (µs) of each (case, N), for the table.
+static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
+
+fn record(case: &'static str, n: usize, total: Duration, iters: u64) {
+    let us = total.as_secs_f64() * 1e6 / iters as f64;
+    SAMPLES
+        .lock()
+        .unwrap()
+        .entry((n, case))
+        .or_default()
+        .push(us);
+}
+
+fn timed(case: &'static str, n: usize, iters: u64, mut body: impl FnMut(u64)) -> Duration {
+    let t = Instant::now();
+    for i in 0..iters {
+        body(i);
+    }
+    let d = t.elapsed();
+    record(case, n, d, iters);
+    d
+}
+
+struct Chain {
+    sets: [Vec<DeviceBuffer<f32>>; 2],
+}
+
+impl Chain {
+    fn new(ctx: &Context, n: usize) -> Self {
+        let set = || {
+            (0..=n)
+                .map(|_| DeviceBuffer::<f32>::zeroed(ctx, ELEMS).expect("alloc"))
+                .collect::<Vec<_>>()
+        };
+        Self {
+            sets: [set(), set()],
+        }
+    }
+
+    fn capture(&self, stream: &Stream, f: &Function, which: usize) -> Graph {
+        let cfg = LaunchConfig::for_elements(ELEMS, 256);
+        let set = &self.sets[which];
+        stream
+            .capture(CaptureMode::Global, |s| {
+                for k in 0..set.len() - 1 {
+                    // SAFETY: add1 touches ELEMS elements of two ELEMS-element buffers.
+                    unsafe { s.launch(f, &cfg, (&set[k], &set[k + 1], ELEMS as i32))? };
+                }
+                Ok(())
+            })
+            .expect("capture")
+    }
+}
+
+fn bench_chains(c: &mut Criterion, ctx: &Context) {
+    let stream = Stream::new(ctx).expect("stream");
+    let f = Module::from_ptx(ctx, graph_rt::kernels::CHAIN.ptx)
+        .expect("module")
+        .function("add1")
+        .expect("add1");
+    let cfg = LaunchConfig::for_elements(ELEMS, 256);
+    let sync = || stream.synchronize().expect("sync");
+    for n in SIZES {
+        let chain = Chain::new(ctx, n);
+        let mut group = c.benchmark_group(format!("chain_{n}"));
+        group
+            .sample_size(20)
+            .warm_up_time(Duration::from_millis(500))
+            .measurement_time(Duration::from_secs(2));
+
+        group.bench_function("eager", |b| {
+            b.iter_custom(|iters| {
+                timed("eager", n, iters, |i| {
+                    let set = &chain.sets[(i % 2) as usize];
+                    for k in 0..n {
+                        // SAFETY: as in Chain::capture.
+                        unsafe {
+                            stream
+                                .launch(&f, &cfg, (&set[k], &set[k + 1], ELEMS as i32))
+                                .expect("launch")
+                        };
+                    }
+                    sync();
+                })
+            })
+        });
+
+        let graph = chain.capture(&stream, &f, 0);
+        let nodes = graph.nodes().expect("nodes");
+        let mut exec = graph.instantiate().expect("instantiate");
+        group.bench_function("replay", |b| {
+            b.iter_custom(|iters| {
+                timed("replay", n, iters, |_| {
+                    exec.launch(&stream).expect("launch");
+                    sync();
+                })
+            })
+        });
+
+        group.bench_function("node_update", |b| {
+            b.iter_custom(|iters| {
+                timed("node_update", n, iters, |i| {
+                    let set = &chain.sets[(i % 2) as usize];
+                    for (k, node) in nodes.iter().enumerate() {
+                        // SAFETY: as in Chain::capture.
+                        unsafe {
+                            exec.set_kernel_args(*node, (&set[k], &set[k + 1], ELEMS as i32))
+                                .expect("update")
+                        };
+                    }
+                    exec.launch(&stream).expect("launch");
+                    sync();
+                })
+            })
+        });
+
+        group.bench_function("recapture_update", |b| {
+            b.iter_custom(|iters| {
+                timed("recapture_update", n, iters, |i| {
+                    let g = chain.capture(&stream, &f, (i % 2) as usize);
+                    assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
+                    exec.launch(&stream).expect("launch");
+                    sync();
+                })
+            })
+        });
+        drop(exec);
+        drop(graph);
+
+        group.bench_function("capture_instantiate", |b| {
+            b.iter_custom(|iters| {
+                timed("capture_instantiate", n, iters, |_| {
+                    let g = chain.capture(&stream, &f, 0);
+                    let e = g.instantiate().expect("instantiate");
+                    drop(e);
+                    drop(g);
+                })
+            })
+        });
+
+        let set = &chain.sets[0];
+        let ptrs: Vec<u64> = set.iter().map(|b| b.as_raw()).collect();
+        group.bench_function("capture_instantiate_raw", |b| {
+            b.iter_custom(|iters| {
+                timed("capture_instantiate_raw", n, iters, |_| {
+                    raw_capture_instantiate(&stream, &f, &cfg, &ptrs)
+                })
+            })
+        });
+        group.finish();
+    }
+}
+
+/// The same capture and instantiation through the driver API alone.
+fn raw_capture_instantiate(stream: &Stream, f: &Function, cfg: &LaunchConfig, ptrs: &[u64]) {
+    let ok = Ok(sys::CUresult::CUDA_SUCCESS);
+    let n = ELEMS as i32;
+    // SAFETY: valid stream, function and buffers; every handle made here is destroyed here.
+    unsafe {
+        assert_eq!(
+            sys::cuStreamBeginCapture(
+                stream.as_raw(),
+                sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL
+            ),
+            ok
+        );
+        for k in 0..ptrs.len() - 1 {
+            let mut params = [
+                &ptrs[k] as *const u64 as *mut c_void,
+                &ptrs[k + 1] as *const u64 as *mut c_void,
+                &n as *const i32 as *mut c_void,
+            ];
+            let r = sys::cuLaunchKernel(
+                f.as_raw(),
+                cfg.grid.x,
+                1,
+                1,
+                cfg.block.x,
+                1,
+                1,
+                0,
+                stream.as_raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            );
+            assert_eq!(r, ok);
+        }
+        let mut graph = std::ptr::null_mut();
+        assert_eq!(sys::cuStreamEndCapture(stream.as_raw(), &mut graph), ok);
+        let mut exec = std::ptr::null_mut();
+        assert_eq!(sys::cuGraphInstantiate(&mut exec, graph, 0), ok);
+        assert_eq!(sys::cuGraphExecDestroy(exec), ok);
+        assert_eq!(sys::cuGraphDestroy(graph), ok);
+    }
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 0 {
+        (v[m - 1] + v[m]) / 2.0
+    } else {
+        v[m]
+    }
+}
+
+fn print_table() {
+    let mut samples = SAMPLES.lock().unwrap();
+    let mut med = BTreeMap::new();
+    for (key, v) in samples.iter_mut() {
+        med.insert(*key, median(v));
+    }
+    println!("\ntable: median µs per iteration (ratio to the replay floor); capture+instantiate host cost vs raw driver calls");
+    println!(
+        "table: {:>5} | {:>16} | {:>10} | {:>16} | {:>18} | {:>10} | {:>10} | {:>6}",
+        "N", "eager", "replay", "node update", "recapture+update", "cap+inst", "raw", "ratio"
+    );
+    for n in SIZES {
+        let get = |case| med.get(&(n, case)).copied().unwrap_or(f64::NAN);
+        let floor = get("replay");
+        let cell = |case| format!("{:.1} ({:.2}×)", get(case), get(case) / floor);
+        println!(
+            "table: {:>5} | {:>16} | {:>10.1} | {:>16} | {:>18} | {:>10.1} | {:>10.1} | {:>5.3}×",
+            n,
+            cell("eager"),
+            floor,
+            cell("node_update"),
+            cell("recapture_update"),
+            get("capture_instantiate"),
+            get("capture_instantiate_raw"),
+            get("capture_instantiate") / get("capture_instantiate_raw")
+        );
+    }
+}
+
+fn main() {
+    let ctx = match Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("graphs bench skipped: {e}");
+            return;
+        }
+    };
+    let mut c = Criterion::default().configure_from_args();
+    bench_chains(&mut c, &ctx);
+    c.final_summary();
+    print_table();
+}
