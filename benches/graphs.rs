@@ -10,9 +10,9 @@
 //! cargo bench --bench graphs
 //! ```
 
-use std::collections::BTreeMap;
+mod common;
+
 use std::ffi::c_void;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -24,27 +24,20 @@ use graph_rt::{
 const ELEMS: usize = 4096;
 const SIZES: [usize; 4] = [10, 50, 200, 1000];
 
-/// Per-sample mean times (µs) of each (case, N), for the table.
-static SAMPLES: Mutex<BTreeMap<(usize, &'static str), Vec<f64>>> = Mutex::new(BTreeMap::new());
-
-fn record(case: &'static str, n: usize, total: Duration, iters: u64) {
-    let us = total.as_secs_f64() * 1e6 / iters as f64;
-    SAMPLES
-        .lock()
-        .unwrap()
-        .entry((n, case))
-        .or_default()
-        .push(us);
-}
-
-fn timed(case: &'static str, n: usize, iters: u64, mut body: impl FnMut(u64)) -> Duration {
+/// Runs `body` `iters` times and returns the total time.
+fn timed(iters: u64, mut body: impl FnMut(u64)) -> Duration {
     let t = Instant::now();
     for i in 0..iters {
         body(i);
     }
-    let d = t.elapsed();
-    record(case, n, d, iters);
-    d
+    t.elapsed()
+}
+
+/// Runs `body` once and returns its time in µs.
+fn once(body: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    body();
+    t.elapsed().as_secs_f64() * 1e6
 }
 
 struct Chain {
@@ -78,7 +71,19 @@ impl Chain {
     }
 }
 
-fn bench_chains(c: &mut Criterion, ctx: &Context) {
+/// Medians of each case for one N, measured interleaved.
+struct Row {
+    n: usize,
+    eager: f64,
+    replay: f64,
+    node_update: f64,
+    recapture: f64,
+    capture: f64,
+    capture_raw: f64,
+}
+
+fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
+    let mut rows = Vec::new();
     let stream = Stream::new(ctx).expect("stream");
     let f = Module::from_ptx(ctx, graph_rt::kernels::CHAIN.ptx)
         .expect("module")
@@ -96,7 +101,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) {
 
         group.bench_function("eager", |b| {
             b.iter_custom(|iters| {
-                timed("eager", n, iters, |i| {
+                timed(iters, |i| {
                     let set = &chain.sets[(i % 2) as usize];
                     for k in 0..n {
                         // SAFETY: as in Chain::capture.
@@ -116,7 +121,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) {
         let mut exec = graph.instantiate().expect("instantiate");
         group.bench_function("replay", |b| {
             b.iter_custom(|iters| {
-                timed("replay", n, iters, |_| {
+                timed(iters, |_| {
                     exec.launch(&stream).expect("launch");
                     sync();
                 })
@@ -125,7 +130,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) {
 
         group.bench_function("node_update", |b| {
             b.iter_custom(|iters| {
-                timed("node_update", n, iters, |i| {
+                timed(iters, |i| {
                     let set = &chain.sets[(i % 2) as usize];
                     for (k, node) in nodes.iter().enumerate() {
                         // SAFETY: as in Chain::capture.
@@ -142,7 +147,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) {
 
         group.bench_function("recapture_update", |b| {
             b.iter_custom(|iters| {
-                timed("recapture_update", n, iters, |i| {
+                timed(iters, |i| {
                     let g = chain.capture(&stream, &f, (i % 2) as usize);
                     assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
                     exec.launch(&stream).expect("launch");
@@ -155,7 +160,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) {
 
         group.bench_function("capture_instantiate", |b| {
             b.iter_custom(|iters| {
-                timed("capture_instantiate", n, iters, |_| {
+                timed(iters, |_| {
                     let g = chain.capture(&stream, &f, 0);
                     let e = g.instantiate().expect("instantiate");
                     drop(e);
@@ -168,12 +173,138 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) {
         let ptrs: Vec<u64> = set.iter().map(|b| b.as_raw()).collect();
         group.bench_function("capture_instantiate_raw", |b| {
             b.iter_custom(|iters| {
-                timed("capture_instantiate_raw", n, iters, |_| {
-                    raw_capture_instantiate(&stream, &f, &cfg, &ptrs)
-                })
+                timed(iters, |_| raw_capture_instantiate(&stream, &f, &cfg, &ptrs))
             })
         });
         group.finish();
+        rows.push(interleaved_row(n, &chain, &stream, &f, &cfg));
+    }
+    rows
+}
+
+/// Every case of one N, interleaved round by round; rebinding cases alternate buffer sets.
+fn interleaved_row(
+    n: usize,
+    chain: &Chain,
+    stream: &Stream,
+    f: &Function,
+    cfg: &LaunchConfig,
+) -> Row {
+    let sync = || stream.synchronize().expect("sync");
+    let graph = chain.capture(stream, f, 0);
+    let nodes = graph.nodes().expect("nodes");
+    let exec = std::cell::RefCell::new(graph.instantiate().expect("instantiate"));
+    let turn = std::cell::Cell::new(0usize);
+    let next = || {
+        turn.set(turn.get() + 1);
+        turn.get() % 2
+    };
+    let ptrs: Vec<u64> = chain.sets[0].iter().map(|b| b.as_raw()).collect();
+    let rounds = if n >= 1000 { 60 } else { 150 };
+    let m = common::interleave(
+        rounds,
+        vec![
+            (
+                "eager",
+                Box::new(|| {
+                    once(|| {
+                        let set = &chain.sets[next()];
+                        for k in 0..n {
+                            // SAFETY: as in Chain::capture.
+                            unsafe {
+                                stream
+                                    .launch(f, cfg, (&set[k], &set[k + 1], ELEMS as i32))
+                                    .expect("launch")
+                            };
+                        }
+                        sync();
+                    })
+                }),
+            ),
+            (
+                "replay",
+                Box::new(|| {
+                    once(|| {
+                        exec.borrow().launch(stream).expect("launch");
+                        sync();
+                    })
+                }),
+            ),
+            (
+                "node_update",
+                Box::new(|| {
+                    once(|| {
+                        let set = &chain.sets[next()];
+                        let mut exec = exec.borrow_mut();
+                        for (k, node) in nodes.iter().enumerate() {
+                            // SAFETY: as in Chain::capture.
+                            unsafe {
+                                exec.set_kernel_args(*node, (&set[k], &set[k + 1], ELEMS as i32))
+                                    .expect("update")
+                            };
+                        }
+                        exec.launch(stream).expect("launch");
+                        sync();
+                    })
+                }),
+            ),
+            (
+                "recapture_update",
+                Box::new(|| {
+                    once(|| {
+                        let g = chain.capture(stream, f, next());
+                        let mut exec = exec.borrow_mut();
+                        assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
+                        exec.launch(stream).expect("launch");
+                        sync();
+                    })
+                }),
+            ),
+            (
+                "capture_instantiate",
+                Box::new(|| {
+                    once(|| {
+                        let g = chain.capture(stream, f, 0);
+                        drop(g.instantiate().expect("instantiate"));
+                    })
+                }),
+            ),
+            (
+                "capture_instantiate_raw",
+                Box::new(|| once(|| raw_capture_instantiate(stream, f, cfg, &ptrs))),
+            ),
+        ],
+    );
+    Row {
+        n,
+        eager: m[0].1,
+        replay: m[1].1,
+        node_update: m[2].1,
+        recapture: m[3].1,
+        capture: m[4].1,
+        capture_raw: m[5].1,
+    }
+}
+
+fn print_table(rows: &[Row]) {
+    println!("\ntable: chains of N add1 kernels, median µs per iteration (interleaved rounds); ratio to the replay floor");
+    println!(
+        "table: {:>5} | {:>16} | {:>8} | {:>16} | {:>18} | {:>9} | {:>9} | {:>7}",
+        "N", "eager", "replay", "node update", "recapture+update", "cap+inst", "raw", "ratio"
+    );
+    for r in rows {
+        let cell = |v: f64| format!("{v:.1} ({:.2}×)", v / r.replay);
+        println!(
+            "table: {:>5} | {:>16} | {:>8.1} | {:>16} | {:>18} | {:>9.1} | {:>9.1} | {:>6.3}×",
+            r.n,
+            cell(r.eager),
+            r.replay,
+            cell(r.node_update),
+            cell(r.recapture),
+            r.capture,
+            r.capture_raw,
+            r.capture / r.capture_raw
+        );
     }
 }
 
@@ -220,45 +351,6 @@ fn raw_capture_instantiate(stream: &Stream, f: &Function, cfg: &LaunchConfig, pt
     }
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 0 {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    }
-}
-
-fn print_table() {
-    let mut samples = SAMPLES.lock().unwrap();
-    let mut med = BTreeMap::new();
-    for (key, v) in samples.iter_mut() {
-        med.insert(*key, median(v));
-    }
-    println!("\ntable: median µs per iteration (ratio to the replay floor); capture+instantiate host cost vs raw driver calls");
-    println!(
-        "table: {:>5} | {:>16} | {:>10} | {:>16} | {:>18} | {:>10} | {:>10} | {:>6}",
-        "N", "eager", "replay", "node update", "recapture+update", "cap+inst", "raw", "ratio"
-    );
-    for n in SIZES {
-        let get = |case| med.get(&(n, case)).copied().unwrap_or(f64::NAN);
-        let floor = get("replay");
-        let cell = |case| format!("{:.1} ({:.2}×)", get(case), get(case) / floor);
-        println!(
-            "table: {:>5} | {:>16} | {:>10.1} | {:>16} | {:>18} | {:>10.1} | {:>10.1} | {:>5.3}×",
-            n,
-            cell("eager"),
-            floor,
-            cell("node_update"),
-            cell("recapture_update"),
-            get("capture_instantiate"),
-            get("capture_instantiate_raw"),
-            get("capture_instantiate") / get("capture_instantiate_raw")
-        );
-    }
-}
-
 fn main() {
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
@@ -268,7 +360,7 @@ fn main() {
         }
     };
     let mut c = Criterion::default().configure_from_args();
-    bench_chains(&mut c, &ctx);
+    let rows = bench_chains(&mut c, &ctx);
     c.final_summary();
-    print_table();
+    print_table(&rows);
 }

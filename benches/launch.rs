@@ -11,7 +11,9 @@
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion};
+mod common;
+
+use criterion::Criterion;
 use cudarc::driver::PushKernelArg;
 use graph_rt::sys;
 use graph_rt::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
@@ -129,7 +131,100 @@ fn launch_overhead(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // The same three, interleaved: the medians and ratios to quote.
+    let per_launch = |launch: &mut dyn FnMut(), sync: &dyn Fn()| {
+        sync();
+        let t = Instant::now();
+        for _ in 0..BATCH {
+            launch();
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
+        sync();
+        us
+    };
+    let (xp, yp) = (x.as_raw(), y.as_raw());
+    let medians = common::interleave(
+        300,
+        vec![
+            (
+                "graph_rt_typed",
+                Box::new(|| {
+                    per_launch(
+                        &mut || {
+                            // SAFETY: add1 touches N elements of x and y.
+                            unsafe {
+                                stream
+                                    .launch(&add1, &cfg, (&x, &mut y, N as i32))
+                                    .expect("launch")
+                            }
+                        },
+                        &sync,
+                    )
+                }),
+            ),
+            (
+                "raw_cuLaunchKernel",
+                Box::new(|| {
+                    per_launch(
+                        &mut || {
+                            let mut params = [
+                                &xp as *const _ as *mut c_void,
+                                &yp as *const _ as *mut c_void,
+                                &n as *const _ as *mut c_void,
+                            ];
+                            // SAFETY: as above.
+                            let r = unsafe {
+                                sys::cuLaunchKernel(
+                                    add1.as_raw(),
+                                    cfg.grid.x,
+                                    1,
+                                    1,
+                                    cfg.block.x,
+                                    1,
+                                    1,
+                                    0,
+                                    stream.as_raw(),
+                                    params.as_mut_ptr(),
+                                    std::ptr::null_mut(),
+                                )
+                            };
+                            assert_eq!(r, Ok(sys::CUresult::CUDA_SUCCESS));
+                        },
+                        &sync,
+                    )
+                }),
+            ),
+            (
+                "cudarc_launch_builder",
+                Box::new(|| {
+                    per_launch(
+                        &mut || {
+                            let mut builder = cu_stream.launch_builder(&cu_add1);
+                            builder.arg(&cx).arg(&mut cy).arg(&n);
+                            // SAFETY: as above.
+                            unsafe { builder.launch(cu_cfg).expect("cudarc launch") };
+                        },
+                        &cu_sync,
+                    )
+                }),
+            ),
+        ],
+    );
+    let raw = medians[1].1;
+    println!(
+        "\ntable: eager launch, host µs per launch, median of 300 interleaved batches of {BATCH}"
+    );
+    for (name, us) in &medians {
+        println!(
+            "table: {name:>22}: {us:.3} µs ({:.3}× raw cuLaunchKernel)",
+            us / raw
+        );
+    }
 }
 
-criterion_group!(benches, launch_overhead);
-criterion_main!(benches);
+fn main() {
+    let mut c = Criterion::default().configure_from_args();
+    launch_overhead(&mut c);
+    c.final_summary();
+}

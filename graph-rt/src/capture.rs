@@ -4,7 +4,7 @@
 //! that can be captured; each keeps what it references alive in the resulting graph. Work queued
 //! on the stream by other means is captured too, but what it references is not kept alive.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use bytemuck::Pod;
@@ -58,6 +58,8 @@ pub struct CaptureScope<'s> {
     stream: &'s Stream,
     keep: RefCell<Vec<Resource>>,
     functions: RefCell<HashMap<usize, Function>>,
+    // The function of the last launch: most captures launch one kernel many times in a row.
+    last_function: Cell<usize>,
 }
 
 impl<'s> CaptureScope<'s> {
@@ -93,10 +95,12 @@ impl<'s> CaptureScope<'s> {
         args: A,
     ) -> Result<()> {
         args.retain(&mut self.keep.borrow_mut());
-        self.functions
-            .borrow_mut()
-            .entry(f.as_raw() as usize)
-            .or_insert_with(|| f.clone());
+        if self.last_function.replace(f.as_raw() as usize) != f.as_raw() as usize {
+            self.functions
+                .borrow_mut()
+                .entry(f.as_raw() as usize)
+                .or_insert_with(|| f.clone());
+        }
         // SAFETY: forwarded; the arguments are kept alive by the graph.
         unsafe { stream.launch(f, config, args) }
     }
@@ -275,6 +279,7 @@ impl Stream {
             stream: self,
             keep: RefCell::new(Vec::new()),
             functions: RefCell::new(HashMap::new()),
+            last_function: Cell::new(0),
         };
         // On error or panic, `active` ends the capture when dropped.
         record(&scope).map_err(Error::into_capture)?;

@@ -161,7 +161,8 @@ impl Graph {
         self.instantiate_with(&InstantiateOptions::default())
     }
 
-    /// Instantiates the graph (`cuGraphInstantiateWithParams`).
+    /// Instantiates the graph (`cuGraphInstantiateWithFlags`, or `cuGraphInstantiateWithParams`
+    /// when it uploads too).
     pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
         let raw = instantiate_raw(self, options.flags(), options.upload)?;
         Ok(GraphExec {
@@ -186,16 +187,21 @@ impl Graph {
 
 fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result<CUgraphExec> {
     graph.ctx.bind()?;
+    let _guard = graph.handle.lock();
+    let mut raw = std::ptr::null_mut();
+    let Some(stream) = upload else {
+        // SAFETY: valid graph and out-pointer.
+        check("cuGraphInstantiate", unsafe {
+            cuda_sys::cuGraphInstantiate(&mut raw, graph.raw, flags)
+        })?;
+        return Ok(raw);
+    };
     let mut p = cuda_sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
-        flags,
+        flags: flags | F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64,
+        hUploadStream: stream.as_raw(),
         ..Default::default()
     };
-    if let Some(s) = upload {
-        p.flags |= F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64;
-        p.hUploadStream = s.as_raw();
-    }
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: valid graph, out-pointer and parameters.
+    // SAFETY: valid graph, stream, out-pointer and parameters.
     let r = check("cuGraphInstantiateWithParams", unsafe {
         cuda_sys::cuGraphInstantiateWithParams(&mut raw, graph.raw, &mut p)
     });
