@@ -20,6 +20,8 @@ pub(crate) struct ContextInner {
     device: Device,
     primary: bool,
     deferred: Mutex<Vec<Error>>,
+    // The foreign owner of a wrapped context (a cudarc `CudaContext`), kept alive with it.
+    _owner: Option<crate::launch::Resource>,
 }
 
 // SAFETY: a CUcontext may be used from any thread; graph-rt binds it before each use.
@@ -51,6 +53,7 @@ impl Context {
                 device,
                 primary: true,
                 deferred: Mutex::new(Vec::new()),
+                _owner: None,
             }),
         };
         ctx.bind()?;
@@ -63,12 +66,26 @@ impl Context {
     /// `raw` must be a valid context of `device` that outlives the returned value and everything
     /// made from it.
     pub unsafe fn from_raw(raw: CUcontext, device: Device) -> Self {
+        // SAFETY: forwarded.
+        unsafe { Self::from_raw_owned(raw, device, None) }
+    }
+
+    /// As [`Context::from_raw`], keeping `owner` alive as long as the context is used.
+    ///
+    /// # Safety
+    /// As [`Context::from_raw`], while `owner` lives.
+    pub(crate) unsafe fn from_raw_owned(
+        raw: CUcontext,
+        device: Device,
+        owner: Option<crate::launch::Resource>,
+    ) -> Self {
         Self {
             inner: Arc::new(ContextInner {
                 raw,
                 device,
                 primary: false,
                 deferred: Mutex::new(Vec::new()),
+                _owner: owner,
             }),
         }
     }

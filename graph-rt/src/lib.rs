@@ -25,6 +25,8 @@
 
 mod capture;
 mod context;
+#[cfg(feature = "cudarc")]
+pub mod cudarc;
 mod device;
 mod error;
 mod event;

@@ -137,6 +137,13 @@ impl<T: Pod> DeviceBuffer<T> {
         Self::wrap(ptr, len, &ctx.inner, Release::Foreign)
     }
 
+    /// Takes ownership of `len` elements at `ptr`, allocated in `ctx` by `cuMemAlloc` or
+    /// `cuMemAllocAsync` and owned by nobody else; freed with `cuMemFree`.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn adopt(ctx: &Context, ptr: CUdeviceptr, len: usize) -> Self {
+        Self::wrap(ptr, len, &ctx.inner, Release::Sync)
+    }
+
     fn wrap(ptr: CUdeviceptr, len: usize, ctx: &Arc<ContextInner>, release: Release) -> Self {
         let alloc = Arc::new(Allocation {
             ptr,

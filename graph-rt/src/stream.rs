@@ -33,6 +33,8 @@ pub(crate) struct StreamInner {
     raw: CUstream,
     ctx: Context,
     owned: bool,
+    // The foreign owner of a wrapped stream (a cudarc `CudaStream`), kept alive with it.
+    _owner: Option<crate::launch::Resource>,
 }
 
 // SAFETY: CUstream handles may be used from any thread; graph-rt binds the context first.
@@ -92,11 +94,21 @@ impl Stream {
     }
 
     fn wrap(raw: CUstream, ctx: &Context, owned: bool) -> Self {
+        Self::wrap_owned(raw, ctx, owned, None)
+    }
+
+    pub(crate) fn wrap_owned(
+        raw: CUstream,
+        ctx: &Context,
+        owned: bool,
+        owner: Option<crate::launch::Resource>,
+    ) -> Self {
         Self {
             inner: Arc::new(StreamInner {
                 raw,
                 ctx: ctx.clone(),
                 owned,
+                _owner: owner,
             }),
         }
     }

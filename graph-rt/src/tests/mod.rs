@@ -1,6 +1,8 @@
 //! GPU tests of the safe core. Each is `#[ignore = "needs a CUDA GPU"]`: a machine without one
 //! reports them as ignored; the GPU suite runs them with `--include-ignored`.
 
+#[cfg(feature = "cudarc")]
+mod cudarc;
 mod graphs;
 mod kernels;
 mod memory;

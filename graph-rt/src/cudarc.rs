@@ -1,0 +1,61 @@
+//! Interop with cudarc (feature `cudarc`): run graph-rt on cudarc's context and streams, and
+//! move cudarc's buffers into graph-rt without copying, so that candle or cubecl users can capture
+//! and replay graphs over the memory they already have.
+//!
+//! Why buffers move rather than being borrowed: with cudarc's defaults (event tracking on), once
+//! a context has two streams every `CudaSlice` carries read/write events, and each launch through
+//! cudarc makes the stream wait on them. Inside a capture that wait crosses the capture boundary
+//! and the driver refuses it (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`). [`DeviceBuffer::from_cudarc`]
+//! settles those events once, outside any capture, and hands the allocation to graph-rt, whose
+//! graphs then keep it alive for as long as they may replay. Do this before capturing; use the
+//! buffer through graph-rt from then on.
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+
+use crate::context::Context;
+use crate::device::Device;
+use crate::error::Result;
+use crate::memory::DeviceBuffer;
+use crate::stream::Stream;
+
+impl Context {
+    /// The context of a cudarc `CudaContext`, which it keeps alive.
+    pub fn from_cudarc(ctx: &Arc<CudaContext>) -> Result<Self> {
+        let device = Device::get(ctx.ordinal())?;
+        // SAFETY: cudarc's context is valid while the Arc we keep lives; graph-rt never
+        // destroys a wrapped context.
+        Ok(unsafe { Self::from_raw_owned(ctx.cu_ctx().cast(), device, Some(ctx.clone())) })
+    }
+}
+
+impl Stream {
+    /// A cudarc `CudaStream`, which it keeps alive (and never destroys). Capture on it with
+    /// [`Stream::capture`].
+    pub fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Self> {
+        let ctx = Context::from_cudarc(stream.context())?;
+        Ok(Self::wrap_owned(
+            stream.cu_stream().cast(),
+            &ctx,
+            false,
+            Some(stream.clone()),
+        ))
+    }
+}
+
+impl<T: Pod> DeviceBuffer<T> {
+    /// Takes over a cudarc buffer, without copying: graph-rt frees it when the buffer and every
+    /// graph using it are gone. Waits for the work cudarc queued on the slice's stream, so that
+    /// any stream of the context may use the buffer from then on.
+    pub fn from_cudarc(ctx: &Context, slice: CudaSlice<T>) -> Result<Self> {
+        let stream = slice.stream().clone();
+        let len = slice.len();
+        // `leak` makes the slice's stream wait for the slice's pending reads and writes.
+        let ptr = slice.leak();
+        let ours = Stream::from_cudarc(&stream)?;
+        ours.synchronize()?;
+        Ok(Self::adopt(ctx, ptr, len))
+    }
+}

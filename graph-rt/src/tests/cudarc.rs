@@ -1,0 +1,77 @@
+//! cudarc interop with cudarc's defaults (event tracking on, two streams in the context).
+
+use cudarc::driver::{CudaContext, PushKernelArg};
+
+use super::{assert_close, random_f32};
+use crate::{CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, Module, Stream};
+
+const N: usize = 4096;
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
+    let cctx = CudaContext::new(0).unwrap();
+    let (s1, s2) = (cctx.new_stream().unwrap(), cctx.new_stream().unwrap());
+    assert!(
+        cctx.is_managing_stream_synchronization(),
+        "cudarc's defaults track events with two streams"
+    );
+    let h = random_f32(N);
+    let x = s2.clone_htod(&h).unwrap();
+    let mut y = s2.alloc_zeros::<f32>(N).unwrap();
+    let n = N as i32;
+    let cfg = LaunchConfig::for_elements(N, 256);
+
+    // The problem: launching cudarc's slices through cudarc inside a capture is refused, because
+    // cudarc waits on their events, recorded outside the capture.
+    let stream = Stream::from_cudarc(&s1).unwrap();
+    let cu_f = cctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
+        .unwrap()
+        .load_function("add1")
+        .unwrap();
+    let e = stream
+        .capture(CaptureMode::Global, |_| {
+            let mut b = s1.launch_builder(&cu_f);
+            b.arg(&x).arg(&mut y).arg(&n);
+            let cu_cfg = cudarc::driver::LaunchConfig {
+                grid_dim: (cfg.grid.x, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: add1 over N elements of N-element slices.
+            unsafe { b.launch(cu_cfg) }
+                .map(drop)
+                .map_err(|e| Error::InvalidArgument {
+                    call: "cudarc launch",
+                    reason: format!("{e:?}"),
+                })
+        })
+        .unwrap_err();
+    assert!(e.to_string().contains("ISOLATION"), "{e}");
+
+    // What to do: move the slices into graph-rt (no copy), then capture on the same stream.
+    let ctx = Context::from_cudarc(&cctx).unwrap();
+    let f = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)
+        .unwrap()
+        .function("add1")
+        .unwrap();
+    let x = DeviceBuffer::from_cudarc(&ctx, x).unwrap();
+    let y = DeviceBuffer::from_cudarc(&ctx, y).unwrap();
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            // SAFETY: N-element buffers.
+            unsafe { s.launch(&f, &cfg, (&x, &y, n)) }
+        })
+        .unwrap();
+    let exec = graph.instantiate().unwrap();
+    drop(x);
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    let want: Vec<f64> = h.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&y.to_vec().unwrap(), &want, 1e-6);
+    drop(exec);
+    assert!(ctx.take_deferred_errors().is_empty());
+}
