@@ -35,6 +35,7 @@ mod graph;
 mod launch;
 mod memory;
 mod module;
+mod node;
 mod stream;
 
 pub use capture::{CaptureMode, CaptureScope, CaptureStatus};

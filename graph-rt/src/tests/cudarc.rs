@@ -10,6 +10,7 @@ const N: usize = 4096;
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
+    let _capturing = super::exclusive();
     let cctx = CudaContext::new(0).unwrap();
     let (s1, s2) = (cctx.new_stream().unwrap(), cctx.new_stream().unwrap());
     assert!(

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{assert_close, ctx, random_f32};
+use super::{assert_close, capturing_ctx, random_f32};
 use crate::{
     CaptureMode, CaptureStatus, Context, DeviceBuffer, Error, Event, EventFlags, ExecUpdate,
     Function, Graph, InstantiateOptions, LaunchConfig, Module, NodeKind, Stream, UpdateFailureKind,
@@ -56,7 +56,7 @@ fn check_chain(out: &DeviceBuffer<f32>, x: &[f32], steps: usize) {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn captured_1000_node_chain_replays_100_times_on_fresh_inputs() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 1001);
@@ -77,7 +77,7 @@ fn captured_1000_node_chain_replays_100_times_on_fresh_inputs() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn illegal_calls_inside_capture_are_typed_errors_and_the_stream_recovers() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 3);
@@ -127,7 +127,7 @@ fn illegal_calls_inside_capture_are_typed_errors_and_the_stream_recovers() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sanitized_replay_after_user_drops_every_handle() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let (exec, out_ptr) = {
         let f = add1(&ctx);
@@ -171,7 +171,7 @@ fn sanitized_replay_after_user_drops_every_handle() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn wrong_argument_size_update_is_an_error_and_the_old_arguments_stay() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 2);
@@ -208,7 +208,7 @@ fn wrong_argument_size_update_is_an_error_and_the_old_arguments_stay() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn exec_update_rebinds_in_place_and_falls_back_when_topology_changes() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let (mut a, mut b) = (buffers(&ctx, 11), buffers(&ctx, 11));
@@ -264,7 +264,7 @@ fn exec_update_rebinds_in_place_and_falls_back_when_topology_changes() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn fork_join_over_three_streams_replays_right() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let (s0, s1, s2) = (
         Stream::new(&ctx).unwrap(),
         Stream::new(&ctx).unwrap(),
@@ -319,7 +319,7 @@ fn fork_join_over_three_streams_replays_right() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn explicit_graph_with_every_node_kind() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let (f, g) = (add1(&ctx), axpy(&ctx));
     let cfg = LaunchConfig::for_elements(N, 256);
@@ -417,7 +417,7 @@ fn explicit_graph_with_every_node_kind() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn per_node_updates_enable_grid_copy_and_memset() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 4);
@@ -472,7 +472,7 @@ fn per_node_updates_enable_grid_copy_and_memset() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn capture_into_an_existing_graph_and_launch_on_another_stream() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let (s0, s1) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 3);
@@ -503,7 +503,7 @@ fn capture_into_an_existing_graph_and_launch_on_another_stream() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn rebinding_every_node_of_a_captured_chain_in_node_order() {
-    let ctx = ctx();
+    let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let (mut a, b) = (buffers(&ctx, 21), buffers(&ctx, 21));

@@ -8,13 +8,53 @@ mod kernels;
 mod memory;
 mod runtime;
 
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rand::Rng;
 
 use crate::Context;
 
-/// The primary context of device 0; panics (failing the test) with the driver's reason.
-pub(crate) fn ctx() -> Context {
-    Context::new(0).unwrap_or_else(|e| panic!("no CUDA context: {e}"))
+/// A capture in global mode makes the driver refuse allocations and synchronous copies in every
+/// thread of the process, and such a call from another thread invalidates the capture. Tests that
+/// capture hold this lock exclusively; the others share it, so the tests may run in parallel.
+static GPU: RwLock<()> = RwLock::new(());
+
+/// The primary context of device 0, with this test's share of [`GPU`].
+pub(crate) struct TestContext {
+    ctx: Context,
+    _guard: Guard,
+}
+
+enum Guard {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Exclusive(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
+impl std::ops::Deref for TestContext {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+fn open(guard: Guard) -> TestContext {
+    let ctx = Context::new(0).unwrap_or_else(|e| panic!("no CUDA context: {e}"));
+    TestContext { ctx, _guard: guard }
+}
+
+/// For tests that do not capture; panics (failing the test) with the driver's reason.
+pub(crate) fn ctx() -> TestContext {
+    open(Guard::Shared(GPU.read()))
+}
+
+/// For tests that capture: no other GPU test runs meanwhile.
+pub(crate) fn capturing_ctx() -> TestContext {
+    open(Guard::Exclusive(GPU.write()))
+}
+
+/// Holds [`GPU`] exclusively without opening a context.
+#[cfg(feature = "cudarc")]
+pub(crate) fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    GPU.write()
 }
 
 /// `n` fresh random floats in [-1, 1).
