@@ -2,16 +2,18 @@
 //! cudarc's launch builder, same kernel (`add1` over 4096 floats), same run.
 //!
 //! Each sample times a batch of launches on the host and synchronizes outside the timed region,
-//! so it measures what the host pays per launch, not the kernel.
+//! so it measures what the host pays per launch, not the kernel. Criterion measures each variant
+//! in turn; the table printed last measures them in interleaved rounds, whose ratios are immune
+//! to drift over the run: those are the figures to quote.
 //!
 //! ```text
 //! cargo bench --bench launch
 //! ```
 
+mod common;
+
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
-
-mod common;
 
 use criterion::Criterion;
 use cudarc::driver::PushKernelArg;
@@ -21,9 +23,9 @@ use graph_rt::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
 const N: usize = 4096;
 const BATCH: u64 = 256;
 
-/// Times `iters` launches in batches of BATCH, synchronizing (untimed) between batches so the
+/// Times `iters` launches in batches of BATCH, synchronizing (untimed) before each batch so the
 /// launch queue never fills.
-fn time_batches(iters: u64, sync: &dyn Fn(), mut launch: impl FnMut()) -> Duration {
+fn time_batches(iters: u64, sync: &dyn Fn(), launch: &mut dyn FnMut()) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
@@ -40,7 +42,7 @@ fn time_batches(iters: u64, sync: &dyn Fn(), mut launch: impl FnMut()) -> Durati
     total
 }
 
-fn launch_overhead(c: &mut Criterion) {
+fn main() {
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(e) => {
@@ -49,68 +51,53 @@ fn launch_overhead(c: &mut Criterion) {
         }
     };
     let stream = Stream::new(&ctx).expect("stream");
-    let module = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN.ptx).expect("module");
-    let add1 = module.function("add1").expect("add1");
+    let add1 = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN.ptx)
+        .expect("module")
+        .function("add1")
+        .expect("add1");
     let x = DeviceBuffer::<f32>::zeroed(&ctx, N).expect("x");
-    let mut y = DeviceBuffer::<f32>::zeroed(&ctx, N).expect("y");
+    let y = DeviceBuffer::<f32>::zeroed(&ctx, N).expect("y");
     let cfg = LaunchConfig::for_elements(N, 256);
+    let n = N as i32;
     let sync = || stream.synchronize().expect("sync");
 
-    let mut group = c.benchmark_group("eager_launch");
-    group
-        .sample_size(60)
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3));
-
-    group.bench_function("graph_rt_typed", |b| {
-        b.iter_custom(|iters| {
-            time_batches(iters, &sync, || {
-                // SAFETY: add1 touches N elements of x and y.
-                unsafe {
-                    stream
-                        .launch(&add1, &cfg, (&x, &mut y, N as i32))
-                        .expect("launch")
-                }
-            })
-        })
-    });
-
-    group.bench_function("raw_cuLaunchKernel", |b| {
-        let (xp, yp, n) = (x.as_raw(), y.as_raw(), N as i32);
-        b.iter_custom(|iters| {
-            time_batches(iters, &sync, || {
-                let mut params = [
-                    &xp as *const _ as *mut c_void,
-                    &yp as *const _ as *mut c_void,
-                    &n as *const _ as *mut c_void,
-                ];
-                // SAFETY: as above; the context is current on this thread (Context::new bound it).
-                let r = unsafe {
-                    sys::cuLaunchKernel(
-                        add1.as_raw(),
-                        cfg.grid.x,
-                        1,
-                        1,
-                        cfg.block.x,
-                        1,
-                        1,
-                        0,
-                        stream.as_raw(),
-                        params.as_mut_ptr(),
-                        std::ptr::null_mut(),
-                    )
-                };
-                assert_eq!(r, Ok(sys::CUresult::CUDA_SUCCESS));
-            })
-        })
-    });
+    let mut typed = || {
+        // SAFETY: add1 touches N elements of x and y.
+        unsafe { stream.launch(&add1, &cfg, (&x, &y, n)).expect("launch") }
+    };
+    let (xp, yp) = (x.as_raw(), y.as_raw());
+    let mut raw = || {
+        let mut params = [
+            &xp as *const u64 as *mut c_void,
+            &yp as *const u64 as *mut c_void,
+            &n as *const i32 as *mut c_void,
+        ];
+        // SAFETY: as above; the context is current on this thread (Context::new bound it).
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                add1.as_raw(),
+                cfg.grid.x,
+                1,
+                1,
+                cfg.block.x,
+                1,
+                1,
+                0,
+                stream.as_raw(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        assert_eq!(r, Ok(sys::CUresult::CUDA_SUCCESS));
+    };
 
     let cu_ctx = cudarc::driver::CudaContext::new(0).expect("cudarc context");
     let cu_stream = cu_ctx.new_stream().expect("cudarc stream");
-    let cu_module = cu_ctx
+    let cu_add1 = cu_ctx
         .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt::kernels::CHAIN.ptx))
-        .expect("cudarc module");
-    let cu_add1 = cu_module.load_function("add1").expect("cudarc add1");
+        .expect("cudarc module")
+        .load_function("add1")
+        .expect("cudarc add1");
     let cx = cu_stream.alloc_zeros::<f32>(N).expect("cudarc x");
     let mut cy = cu_stream.alloc_zeros::<f32>(N).expect("cudarc y");
     let cu_cfg = cudarc::driver::LaunchConfig {
@@ -119,112 +106,58 @@ fn launch_overhead(c: &mut Criterion) {
         shared_mem_bytes: 0,
     };
     let cu_sync = || cu_stream.synchronize().expect("cudarc sync");
-    let n = N as i32;
-    group.bench_function("cudarc_launch_builder", |b| {
-        b.iter_custom(|iters| {
-            time_batches(iters, &cu_sync, || {
-                let mut builder = cu_stream.launch_builder(&cu_add1);
-                builder.arg(&cx).arg(&mut cy).arg(&n);
-                // SAFETY: as above.
-                unsafe { builder.launch(cu_cfg).expect("cudarc launch") };
-            })
-        })
-    });
-    group.finish();
-
-    // The same three, interleaved: the medians and ratios to quote.
-    let per_launch = |launch: &mut dyn FnMut(), sync: &dyn Fn()| {
-        sync();
-        let t = Instant::now();
-        for _ in 0..BATCH {
-            launch();
-        }
-        let us = t.elapsed().as_secs_f64() * 1e6 / BATCH as f64;
-        sync();
-        us
+    let mut cudarc_launch = || {
+        let mut builder = cu_stream.launch_builder(&cu_add1);
+        builder.arg(&cx).arg(&mut cy).arg(&n);
+        // SAFETY: as above.
+        unsafe { builder.launch(cu_cfg).expect("cudarc launch") };
     };
-    let (xp, yp) = (x.as_raw(), y.as_raw());
+
+    let mut c = Criterion::default().configure_from_args();
+    {
+        let mut group = c.benchmark_group("eager_launch");
+        group
+            .sample_size(60)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3));
+        group.bench_function("graph_rt_typed", |b| {
+            b.iter_custom(|iters| time_batches(iters, &sync, &mut typed))
+        });
+        group.bench_function("raw_cuLaunchKernel", |b| {
+            b.iter_custom(|iters| time_batches(iters, &sync, &mut raw))
+        });
+        group.bench_function("cudarc_launch_builder", |b| {
+            b.iter_custom(|iters| time_batches(iters, &cu_sync, &mut cudarc_launch))
+        });
+        group.finish();
+    }
+    c.final_summary();
+
+    let per_launch = |sync: &dyn Fn(), launch: &mut dyn FnMut()| {
+        time_batches(BATCH, sync, launch).as_secs_f64() * 1e6 / BATCH as f64
+    };
     let medians = common::interleave(
         300,
         vec![
-            (
-                "graph_rt_typed",
-                Box::new(|| {
-                    per_launch(
-                        &mut || {
-                            // SAFETY: add1 touches N elements of x and y.
-                            unsafe {
-                                stream
-                                    .launch(&add1, &cfg, (&x, &mut y, N as i32))
-                                    .expect("launch")
-                            }
-                        },
-                        &sync,
-                    )
-                }),
-            ),
+            ("graph_rt_typed", Box::new(|| per_launch(&sync, &mut typed))),
             (
                 "raw_cuLaunchKernel",
-                Box::new(|| {
-                    per_launch(
-                        &mut || {
-                            let mut params = [
-                                &xp as *const _ as *mut c_void,
-                                &yp as *const _ as *mut c_void,
-                                &n as *const _ as *mut c_void,
-                            ];
-                            // SAFETY: as above.
-                            let r = unsafe {
-                                sys::cuLaunchKernel(
-                                    add1.as_raw(),
-                                    cfg.grid.x,
-                                    1,
-                                    1,
-                                    cfg.block.x,
-                                    1,
-                                    1,
-                                    0,
-                                    stream.as_raw(),
-                                    params.as_mut_ptr(),
-                                    std::ptr::null_mut(),
-                                )
-                            };
-                            assert_eq!(r, Ok(sys::CUresult::CUDA_SUCCESS));
-                        },
-                        &sync,
-                    )
-                }),
+                Box::new(|| per_launch(&sync, &mut raw)),
             ),
             (
                 "cudarc_launch_builder",
-                Box::new(|| {
-                    per_launch(
-                        &mut || {
-                            let mut builder = cu_stream.launch_builder(&cu_add1);
-                            builder.arg(&cx).arg(&mut cy).arg(&n);
-                            // SAFETY: as above.
-                            unsafe { builder.launch(cu_cfg).expect("cudarc launch") };
-                        },
-                        &cu_sync,
-                    )
-                }),
+                Box::new(|| per_launch(&cu_sync, &mut cudarc_launch)),
             ),
         ],
     );
-    let raw = medians[1].1;
+    let raw_us = medians[1].1;
     println!(
         "\ntable: eager launch, host µs per launch, median of 300 interleaved batches of {BATCH}"
     );
     for (name, us) in &medians {
         println!(
             "table: {name:>22}: {us:.3} µs ({:.3}× raw cuLaunchKernel)",
-            us / raw
+            us / raw_us
         );
     }
-}
-
-fn main() {
-    let mut c = Criterion::default().configure_from_args();
-    launch_overhead(&mut c);
-    c.final_summary();
 }

@@ -114,6 +114,8 @@ impl std::fmt::Debug for Graph {
     }
 }
 
+type DriverResult = std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>;
+
 fn raw_nodes(deps: &[Node]) -> Vec<CUgraphNode> {
     deps.iter().map(|n| n.raw).collect()
 }
@@ -217,6 +219,23 @@ impl Graph {
         Ok(Node { raw: node })
     }
 
+    /// Adds one node after `deps` through `add`, which gets the out-pointer, the graph and the
+    /// dependency list, with the graph locked and the context current.
+    fn add_node(
+        &mut self,
+        call: &'static str,
+        deps: &[Node],
+        add: impl FnOnce(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize) -> DriverResult,
+    ) -> Result<Node> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock();
+        self.ctx.bind()?;
+        let deps = raw_nodes(deps);
+        let mut node = std::ptr::null_mut();
+        check(call, add(&mut node, self.raw, deps.as_ptr(), deps.len()))?;
+        Ok(Node { raw: node })
+    }
+
     /// Adds a device-to-device copy of all of `src` into `dst` (lengths must match).
     pub fn add_copy<T: Pod>(
         &mut self,
@@ -224,32 +243,22 @@ impl Graph {
         dst: &DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
     ) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
         if dst.len() != src.len() {
             return Err(Error::invalid(
                 "cuGraphAddMemcpyNode",
                 format!("copy of {} elements into {}", src.len(), dst.len()),
             ));
         }
-        let p = copy_params(dst, src);
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        self.ctx.bind()?;
-        // SAFETY: both allocations hold the bytes copied; we keep them alive below.
-        check("cuGraphAddMemcpyNode", unsafe {
-            cuda_sys::cuGraphAddMemcpyNode(
-                &mut node,
-                self.raw,
-                deps.as_ptr(),
-                deps.len(),
-                &p,
-                self.ctx.as_raw(),
-            )
+        let (p, ctx) = (copy_params(dst, src), self.ctx.as_raw());
+        // SAFETY: both allocations hold the bytes copied and are kept alive below.
+        let node = self.add_node("cuGraphAddMemcpyNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddMemcpyNode(n, g, d, len, &p, ctx)
         })?;
-        self.kept().push(dst.allocation().clone());
-        self.kept().push(src.allocation().clone());
-        Ok(Node { raw: node })
+        self.kept().extend([
+            dst.allocation().clone() as Resource,
+            src.allocation().clone(),
+        ]);
+        Ok(node)
     }
 
     /// Adds a node that sets every 32-bit word of `dst` to `value` (element size a multiple of 4).
@@ -259,111 +268,68 @@ impl Graph {
         dst: &DeviceBuffer<T>,
         value: u32,
     ) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
-        let p = memset_params("cuGraphAddMemsetNode", dst, value)?;
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        self.ctx.bind()?;
-        // SAFETY: the allocation holds the words set; we keep it alive below.
-        check("cuGraphAddMemsetNode", unsafe {
-            cuda_sys::cuGraphAddMemsetNode(
-                &mut node,
-                self.raw,
-                deps.as_ptr(),
-                deps.len(),
-                &p,
-                self.ctx.as_raw(),
-            )
+        let (p, ctx) = (
+            memset_params("cuGraphAddMemsetNode", dst, value)?,
+            self.ctx.as_raw(),
+        );
+        // SAFETY: the allocation holds the words set and is kept alive below.
+        let node = self.add_node("cuGraphAddMemsetNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddMemsetNode(n, g, d, len, &p, ctx)
         })?;
         self.kept().push(dst.allocation().clone());
-        Ok(Node { raw: node })
+        Ok(node)
     }
 
     /// Adds a node that does nothing: a join point.
     pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        // SAFETY: valid graph and dependency list.
-        check("cuGraphAddEmptyNode", unsafe {
-            cuda_sys::cuGraphAddEmptyNode(&mut node, self.raw, deps.as_ptr(), deps.len())
-        })?;
-        Ok(Node { raw: node })
+        // SAFETY: valid out-pointer, graph and dependency list.
+        self.add_node("cuGraphAddEmptyNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddEmptyNode(n, g, d, len)
+        })
     }
 
     /// Adds a node that records `event`.
     pub fn add_event_record(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        // SAFETY: valid graph, dependencies and event (kept alive below).
-        check("cuGraphAddEventRecordNode", unsafe {
-            cuda_sys::cuGraphAddEventRecordNode(
-                &mut node,
-                self.raw,
-                deps.as_ptr(),
-                deps.len(),
-                event.as_raw(),
-            )
+        let raw = event.as_raw();
+        // SAFETY: the event is valid and kept alive below.
+        let node = self.add_node("cuGraphAddEventRecordNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddEventRecordNode(n, g, d, len, raw)
         })?;
         self.kept().push(event.resource());
-        Ok(Node { raw: node })
+        Ok(node)
     }
 
     /// Adds a node that waits for `event`.
     pub fn add_event_wait(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        // SAFETY: valid graph, dependencies and event (kept alive below).
-        check("cuGraphAddEventWaitNode", unsafe {
-            cuda_sys::cuGraphAddEventWaitNode(
-                &mut node,
-                self.raw,
-                deps.as_ptr(),
-                deps.len(),
-                event.as_raw(),
-            )
+        let raw = event.as_raw();
+        // SAFETY: the event is valid and kept alive below.
+        let node = self.add_node("cuGraphAddEventWaitNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddEventWaitNode(n, g, d, len, raw)
         })?;
         self.kept().push(event.resource());
-        Ok(Node { raw: node })
+        Ok(node)
     }
 
     /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
     pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
+        let _child_guard = child.handle.lock();
         // SAFETY: valid graphs; the driver clones the child.
-        check("cuGraphAddChildGraphNode", unsafe {
-            cuda_sys::cuGraphAddChildGraphNode(
-                &mut node,
-                self.raw,
-                deps.as_ptr(),
-                deps.len(),
-                child.raw,
-            )
+        let node = self.add_node("cuGraphAddChildGraphNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddChildGraphNode(n, g, d, len, child.raw)
         })?;
-        let child_keep = child.keep.clone();
-        self.kept().extend(child_keep.iter().cloned());
+        self.kept().extend(child.keep.iter().cloned());
         self.functions
             .extend(child.functions.iter().map(|(k, f)| (*k, f.clone())));
-        Ok(Node { raw: node })
+        Ok(node)
     }
 
-    /// Adds a node that runs `callback` on a driver thread. It must not call CUDA.
+    /// Adds a node that runs `callback` on a driver thread. It must not call CUDA; a panic in it
+    /// is caught and discarded.
     pub fn add_host_callback<F: Fn() + Send + Sync + 'static>(
         &mut self,
         deps: &[Node],
         callback: F,
     ) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
         unsafe extern "C" fn trampoline<F: Fn()>(data: *mut c_void) {
             // SAFETY: `data` is the `Arc<F>` this graph keeps alive while the node exists.
             let f = unsafe { &*(data as *const F) };
@@ -375,14 +341,12 @@ impl Graph {
             fn_: Some(trampoline::<F>),
             userData: Arc::as_ptr(&callback) as *mut c_void,
         };
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
         // SAFETY: the callback outlives the node: the graph keeps it below.
-        check("cuGraphAddHostNode", unsafe {
-            cuda_sys::cuGraphAddHostNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &p)
+        let node = self.add_node("cuGraphAddHostNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddHostNode(n, g, d, len, &p)
         })?;
         self.kept().push(callback);
-        Ok(Node { raw: node })
+        Ok(node)
     }
 
     /// Adds a node that allocates `bytes` of device memory from the graph's pool on each replay.
@@ -391,40 +355,24 @@ impl Graph {
         deps: &[Node],
         bytes: usize,
     ) -> Result<(Node, GraphAllocation)> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
         let mut p = cuda_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
         p.poolProps.allocType = cuda_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
         p.poolProps.location.type_ = cuda_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         p.poolProps.location.id = self.ctx.device().as_raw();
         p.bytesize = bytes;
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        self.ctx.bind()?;
-        // SAFETY: valid graph, dependencies and parameters; the driver writes p.dptr.
-        check("cuGraphAddMemAllocNode", unsafe {
-            cuda_sys::cuGraphAddMemAllocNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &mut p)
+        // SAFETY: valid parameters; the driver writes p.dptr.
+        let node = self.add_node("cuGraphAddMemAllocNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddMemAllocNode(n, g, d, len, &mut p)
         })?;
-        Ok((Node { raw: node }, GraphAllocation { ptr: p.dptr, bytes }))
+        Ok((node, GraphAllocation { ptr: p.dptr, bytes }))
     }
 
     /// Adds a node that frees a graph allocation.
     pub fn add_mem_free(&mut self, deps: &[Node], allocation: GraphAllocation) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
-        let deps = raw_nodes(deps);
-        let mut node = std::ptr::null_mut();
-        // SAFETY: valid graph and dependencies; the driver checks the address.
-        check("cuGraphAddMemFreeNode", unsafe {
-            cuda_sys::cuGraphAddMemFreeNode(
-                &mut node,
-                self.raw,
-                deps.as_ptr(),
-                deps.len(),
-                allocation.ptr,
-            )
-        })?;
-        Ok(Node { raw: node })
+        // SAFETY: the driver checks that the address is a graph allocation.
+        self.add_node("cuGraphAddMemFreeNode", deps, |n, g, d, len| unsafe {
+            cuda_sys::cuGraphAddMemFreeNode(n, g, d, len, allocation.ptr)
+        })
     }
 
     /// Makes each node of `to` depend on the node of `from` at the same index.

@@ -159,6 +159,10 @@ pub type Resource = Arc<dyn Any + Send + Sync>;
 /// `Param` is the plain value the kernel receives (a number, a device address, a struct passed
 /// by value); its size is checked against the kernel's parameter layout at launch. Implement it
 /// for your own argument kinds (a foreign buffer, a table slot) to pass them directly.
+///
+/// Graphs keep alive what arguments name in [`KernelArg::retain`] (a [`DeviceBuffer`]'s
+/// allocation). A raw device address passed as a number (`u64`) is not kept alive: the caller of
+/// the (unsafe) launch, capture or update promises that the memory stays valid for every replay.
 pub trait KernelArg {
     /// The value copied into the kernel's parameter buffer.
     type Param: Copy + 'static;
