@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use graph_rt::sys;
 use graph_rt::{
-    CaptureMode, Context, DeviceBuffer, ExecUpdate, Function, Graph, LaunchConfig, Module, Stream,
+    CaptureMode, Context, DeviceBuffer, Event, EventFlags, ExecUpdate, Function, Graph,
+    LaunchConfig, Module, Stream,
 };
 
 const ELEMS: usize = 4096;
@@ -74,6 +75,7 @@ impl Chain {
 /// Medians of each case for one N, measured interleaved.
 struct Row {
     n: usize,
+    replay_gpu: f64,
     eager: f64,
     replay: f64,
     node_update: f64,
@@ -288,6 +290,7 @@ fn interleaved_row(
     );
     Row {
         n,
+        replay_gpu: replay_gpu_time(&exec.borrow(), stream),
         eager: a[0].1,
         replay: a[1].1,
         node_update: b[0].1,
@@ -297,12 +300,37 @@ fn interleaved_row(
     }
 }
 
+/// GPU time of one replay without rebinding, between events (as shared/baseline measures it).
+fn replay_gpu_time(exec: &graph_rt::GraphExec, stream: &Stream) -> f64 {
+    let ctx = stream.context();
+    let (start, end) = (
+        Event::new(ctx, EventFlags::Timing).expect("event"),
+        Event::new(ctx, EventFlags::Timing).expect("event"),
+    );
+    let times = (0..50)
+        .map(|_| {
+            start.record(stream).expect("record");
+            exec.launch(stream).expect("launch");
+            end.record(stream).expect("record");
+            end.synchronize().expect("sync");
+            Event::elapsed_ms(&start, &end).expect("elapsed") as f64 * 1e3
+        })
+        .collect();
+    common::median(times)
+}
+
 fn print_table(rows: &[Row]) {
     println!("\ntable: chains of N add1 kernels, median µs per iteration (interleaved rounds); ratio to the replay floor");
     println!(
         "table: {:>5} | {:>16} | {:>8} | {:>16} | {:>18} | {:>9} | {:>9} | {:>7}",
         "N", "eager", "replay", "node update", "recapture+update", "cap+inst", "raw", "ratio"
     );
+    for r in rows {
+        println!(
+            "table: N={:<5} replay GPU time between events: {:.1} µs",
+            r.n, r.replay_gpu
+        );
+    }
     for r in rows {
         let cell = |v: f64| format!("{v:.1} ({:.2}×)", v / r.replay);
         println!(
