@@ -288,9 +288,10 @@ fn interleaved_row(
             ),
         ],
     );
+    let replay_gpu = replay_gpu_time(&exec.borrow(), stream);
     Row {
         n,
-        replay_gpu: replay_gpu_time(&exec.borrow(), stream),
+        replay_gpu,
         eager: a[0].1,
         replay: a[1].1,
         node_update: b[0].1,
