@@ -53,6 +53,19 @@ impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
     }
 }
 
+/// Waits for the legacy default stream, on which the synchronous copies and fills are queued.
+///
+/// They may return before the device has finished them (fills and device-to-device copies
+/// always, host-to-device copies once the source is staged), and work on non-blocking streams
+/// is not ordered after the legacy stream: without this wait a kernel launched next could run
+/// before the fill it relies on.
+fn settle() -> Result<()> {
+    // SAFETY: a null stream is the legacy default stream of the current context.
+    check("cuStreamSynchronize", unsafe {
+        cuda_sys::cuStreamSynchronize(std::ptr::null_mut())
+    })
+}
+
 fn byte_len<T>(call: &'static str, len: usize) -> Result<usize> {
     len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
         Error::invalid(
@@ -184,7 +197,7 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// Copies `src` into the buffer (`cuMemcpyHtoD`); lengths must match. Returns once the copy
-    /// is done.
+    /// is done on the device, so work queued afterwards on any stream sees it.
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         same_len("DeviceBuffer::copy_from_host", self.len, src.len())?;
         if self.len == 0 {
@@ -194,11 +207,13 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: both sides hold num_bytes bytes; the context is current.
         check("cuMemcpyHtoD", unsafe {
             cuda_sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.num_bytes())
-        })
+        })?;
+        settle()
     }
 
-    /// Copies the buffer into `dst` (`cuMemcpyDtoH`); lengths must match. Waits for the copy,
-    /// which runs after all prior work on the legacy default stream's ordering.
+    /// Copies the buffer into `dst` (`cuMemcpyDtoH`); lengths must match. Waits for the copy.
+    /// The copy is ordered after work on the legacy default stream only: synchronize the
+    /// (non-blocking) streams that write the buffer first.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         same_len("DeviceBuffer::copy_to_host", self.len, dst.len())?;
         if self.len == 0 {
@@ -218,7 +233,7 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(v)
     }
 
-    /// Copies `src` into the buffer (`cuMemcpyDtoD`); lengths must match.
+    /// Copies `src` into the buffer (`cuMemcpyDtoD`); lengths must match. Returns once done.
     pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
         same_len("DeviceBuffer::copy_from_device", self.len, src.len)?;
         if self.len == 0 {
@@ -228,7 +243,8 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
         check("cuMemcpyDtoD", unsafe {
             cuda_sys::cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())
-        })
+        })?;
+        settle()
     }
 
     /// Sets every byte to zero (`cuMemsetD8`).
@@ -236,7 +252,7 @@ impl<T: Pod> DeviceBuffer<T> {
         self.fill_bytes(0)
     }
 
-    /// Sets every byte to `value` (`cuMemsetD8`).
+    /// Sets every byte to `value` (`cuMemsetD8`). Returns once done.
     pub fn fill_bytes(&mut self, value: u8) -> Result<()> {
         if self.len == 0 {
             return Ok(());
@@ -245,10 +261,11 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: the allocation holds num_bytes bytes.
         check("cuMemsetD8", unsafe {
             cuda_sys::cuMemsetD8(self.ptr, value, self.num_bytes())
-        })
+        })?;
+        settle()
     }
 
-    /// Sets every 32-bit word to `value` (`cuMemsetD32`), e.g. `f32::NAN.to_bits()` to poison
+    /// Sets every 32-bit word to `value` (`cuMemsetD32`) and returns once done, e.g. `f32::NAN.to_bits()` to poison
     /// an `f32` buffer. The size of `T` must be a multiple of 4.
     pub fn fill_u32(&mut self, value: u32) -> Result<()> {
         if std::mem::size_of::<T>() % 4 != 0 {
@@ -267,7 +284,8 @@ impl<T: Pod> DeviceBuffer<T> {
         // SAFETY: the allocation holds num_bytes / 4 words.
         check("cuMemsetD32", unsafe {
             cuda_sys::cuMemsetD32(self.ptr, value, self.num_bytes() / 4)
-        })
+        })?;
+        settle()
     }
 
     /// Queues a zero fill on `stream` (`cuMemsetD8Async`).
