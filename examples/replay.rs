@@ -155,7 +155,8 @@ fn run() -> graph_rt::Result<bool> {
         // Eager: the same kernels launched one by one.
         z.fill_u32(f32::NAN.to_bits())?;
         let t0 = Instant::now();
-        z.fill_zero_async(&stream)?;
+        // SAFETY: z was allocated by `alloc`, so dropping it waits for the fill.
+        unsafe { z.fill_zero_async(&stream)? };
         // SAFETY: as in `step`.
         unsafe { step(&stream, &k, &b, &b.inputs[slot], &z)? };
         stream.synchronize()?;

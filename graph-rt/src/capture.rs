@@ -12,7 +12,7 @@ use cuda_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
 
 use crate::error::{check, Error, Result};
 use crate::event::{Event, EventFlags};
-use crate::graph::{Graph, Node};
+use crate::graph::{raw_nodes, Graph, Node};
 use crate::launch::{KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
 use crate::module::Function;
@@ -94,7 +94,14 @@ impl<'s> CaptureScope<'s> {
         config: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        args.retain(&mut self.keep.borrow_mut());
+        let mut keep = self.keep.try_borrow_mut().map_err(|_| {
+            Error::invalid(
+                "CaptureScope::launch",
+                "called from inside KernelArg::retain",
+            )
+        })?;
+        args.retain(&mut keep);
+        drop(keep);
         if self.last_function.replace(f.as_raw() as usize) != f.as_raw() as usize {
             self.functions
                 .borrow_mut()
@@ -127,7 +134,8 @@ impl<'s> CaptureScope<'s> {
 
     /// Records a device-to-device copy of `src` into `dst` (lengths must match).
     pub fn copy<T: Pod>(&self, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
-        dst.copy_from_device_async(src, self.stream)?;
+        // SAFETY: the graph keeps both buffers alive (below) for every replay.
+        unsafe { dst.copy_from_device_async(src, self.stream)? };
         let mut keep = self.keep.borrow_mut();
         keep.push(dst.allocation().clone());
         keep.push(src.allocation().clone());
@@ -136,14 +144,17 @@ impl<'s> CaptureScope<'s> {
 
     /// Records a zero fill of `dst`.
     pub fn fill_zero<T: Pod>(&self, dst: &mut DeviceBuffer<T>) -> Result<()> {
-        dst.fill_zero_async(self.stream)?;
+        // SAFETY: the graph keeps the buffer alive (below) for every replay.
+        unsafe { dst.fill_zero_async(self.stream)? };
         self.keep.borrow_mut().push(dst.allocation().clone());
         Ok(())
     }
 
-    /// Records `event` on the capturing stream (an event-record node).
+    /// Records `event` on the capturing stream as an event-record node: each replay records it
+    /// (`cuEventRecordWithFlags`, `CU_EVENT_RECORD_EXTERNAL`). For ordering streams inside the
+    /// capture use [`CaptureScope::fork`] and [`CaptureScope::join`].
     pub fn record(&self, event: &Event) -> Result<()> {
-        event.record(self.stream)?;
+        event.record_external(self.stream)?;
         self.keep.borrow_mut().push(event.resource());
         Ok(())
     }
@@ -166,39 +177,64 @@ impl crate::launch::Launcher for CaptureScope<'_> {
     }
 }
 
-/// Ends a capture when dropped, also on an early return or a panic, and destroys what it made.
-struct ActiveCapture<'s> {
-    stream: &'s Stream,
+/// An active capture and its scope. Dropped on any exit (an error, an early return, a panic), it
+/// ends the capture first and only then releases what the scope kept, so no free is captured.
+/// Capturing into a new graph, it destroys the partial graph; capturing into a caller's graph,
+/// whose nodes stay, it hands the graph what those nodes use.
+struct ActiveCapture<'s, 'g> {
+    scope: CaptureScope<'s>,
+    into: Option<&'g mut Graph>,
     ended: bool,
 }
 
-impl ActiveCapture<'_> {
-    fn end(mut self) -> Result<CUgraph> {
+impl<'s, 'g> ActiveCapture<'s, 'g> {
+    fn new(stream: &'s Stream, into: Option<&'g mut Graph>) -> Self {
+        let scope = CaptureScope {
+            stream,
+            keep: RefCell::new(Vec::new()),
+            functions: RefCell::new(HashMap::new()),
+            last_function: Cell::new(0),
+        };
+        Self {
+            scope,
+            into,
+            ended: false,
+        }
+    }
+
+    /// Ends the capture; a graph the capture made is returned (null when capturing into one).
+    fn end(&mut self) -> Result<CUgraph> {
         self.ended = true;
+        let stream = self.scope.stream;
+        stream.context().bind()?;
         let mut graph = std::ptr::null_mut();
-        self.stream.context().bind()?;
         // SAFETY: the stream is capturing (we began it).
         let r = check("cuStreamEndCapture", unsafe {
-            cuda_sys::cuStreamEndCapture(self.stream.as_raw(), &mut graph)
+            cuda_sys::cuStreamEndCapture(stream.as_raw(), &mut graph)
         });
-        match r {
-            Ok(()) => Ok(graph),
-            Err(e) => {
-                destroy(graph);
-                Err(e.into_capture())
-            }
+        if self.into.is_some() {
+            // The caller's graph: never ours to destroy.
+            return r
+                .map(|()| std::ptr::null_mut())
+                .map_err(Error::into_capture);
         }
+        r.map(|()| graph).map_err(|e| {
+            destroy(graph);
+            e.into_capture()
+        })
     }
 }
 
-impl Drop for ActiveCapture<'_> {
+impl Drop for ActiveCapture<'_, '_> {
     fn drop(&mut self) {
         if !self.ended {
-            let mut graph = std::ptr::null_mut();
-            let _ = self.stream.context().bind();
-            // SAFETY: the stream is capturing (we began it); the partial graph is discarded.
-            let _ = unsafe { cuda_sys::cuStreamEndCapture(self.stream.as_raw(), &mut graph) };
-            destroy(graph);
+            let _ = self.end();
+        }
+        if let Some(graph) = self.into.take() {
+            graph.kept().append(self.scope.keep.get_mut());
+            graph
+                .functions
+                .extend(self.scope.functions.get_mut().drain());
         }
     }
 }
@@ -225,12 +261,17 @@ impl Stream {
             cuda_sys::cuStreamBeginCapture(self.as_raw(), mode.raw())
         })
         .map_err(Error::into_capture)?;
-        let (raw, keep, functions) = self.record_and_end(record)?;
+        let mut active = ActiveCapture::new(self, None);
+        record(&active.scope).map_err(Error::into_capture)?;
+        let raw = active.end()?;
+        let keep = std::mem::take(active.scope.keep.get_mut());
+        let functions = std::mem::take(active.scope.functions.get_mut());
         Ok(Graph::from_parts(self.context(), raw, keep, functions))
     }
 
     /// Captures the work `record` queues into `graph`, after the nodes `after`
-    /// (`cuStreamBeginCaptureToGraph`, CUDA 12.3).
+    /// (`cuStreamBeginCaptureToGraph`, CUDA 12.3). On failure, the nodes captured so far stay
+    /// in `graph`, which keeps what they use.
     pub fn capture_into<F>(
         &self,
         graph: &mut Graph,
@@ -244,7 +285,7 @@ impl Stream {
         self.context().bind()?;
         let handle = graph.handle.clone();
         let _guard = handle.lock();
-        let deps: Vec<_> = after.iter().map(|n| n.raw).collect();
+        let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;
         // SAFETY: valid stream, graph and dependency list; no edge data.
         check("cuStreamBeginCaptureToGraph", unsafe {
             cuda_sys::cuStreamBeginCaptureToGraph(
@@ -257,34 +298,9 @@ impl Stream {
             )
         })
         .map_err(Error::into_capture)?;
-        let (_, keep, functions) = self.record_and_end(record)?;
-        graph.kept().extend(keep);
-        graph.functions.extend(functions);
-        Ok(())
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn record_and_end<F>(
-        &self,
-        record: F,
-    ) -> Result<(CUgraph, Vec<Resource>, HashMap<usize, Function>)>
-    where
-        F: FnOnce(&CaptureScope<'_>) -> Result<()>,
-    {
-        let active = ActiveCapture {
-            stream: self,
-            ended: false,
-        };
-        let scope = CaptureScope {
-            stream: self,
-            keep: RefCell::new(Vec::new()),
-            functions: RefCell::new(HashMap::new()),
-            last_function: Cell::new(0),
-        };
-        // On error or panic, `active` ends the capture when dropped.
-        record(&scope).map_err(Error::into_capture)?;
-        let raw = active.end()?;
-        Ok((raw, scope.keep.into_inner(), scope.functions.into_inner()))
+        let mut active = ActiveCapture::new(self, Some(graph));
+        record(&active.scope).map_err(Error::into_capture)?;
+        active.end().map(drop)
     }
 
     /// Whether the stream is capturing (`cuStreamIsCapturing`).

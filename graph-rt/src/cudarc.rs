@@ -50,6 +50,12 @@ impl<T: Pod> DeviceBuffer<T> {
     /// graph using it are gone. Waits for the work cudarc queued on the slice's stream, so that
     /// any stream of the context may use the buffer from then on.
     pub fn from_cudarc(ctx: &Context, slice: CudaSlice<T>) -> Result<Self> {
+        if slice.context().cu_ctx().cast() != ctx.as_raw() {
+            return Err(crate::Error::InvalidArgument {
+                call: "DeviceBuffer::from_cudarc",
+                reason: "the slice belongs to another context than `ctx`".into(),
+            });
+        }
         let stream = slice.stream().clone();
         let len = slice.len();
         // `leak` makes the slice's stream wait for the slice's pending reads and writes.

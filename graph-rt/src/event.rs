@@ -91,6 +91,17 @@ impl Event {
         })
     }
 
+    /// Records the event on a capturing stream as an event-record node of the graph
+    /// (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`).
+    pub(crate) fn record_external(&self, stream: &Stream) -> Result<()> {
+        self.ctx.bind()?;
+        let flags = cuda_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL.0;
+        // SAFETY: valid event and stream.
+        check("cuEventRecordWithFlags", unsafe {
+            cuda_sys::cuEventRecordWithFlags(self.raw, stream.as_raw(), flags)
+        })
+    }
+
     /// Waits until the recorded work is done (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;

@@ -2,7 +2,7 @@
 //! without re-capturing (per-node parameter updates, whole-graph update).
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -131,7 +131,6 @@ pub struct GraphExec {
     // the exec's nodes in creation order (lazily).
     params_source: Option<Arc<GraphHandle>>,
     pairing: HashMap<usize, CUgraphNode>,
-    node_set: Option<HashSet<usize>>,
     scratch: Vec<Resource>,
     last_stream: RefCell<Option<Arc<StreamInner>>>,
     last_raw: Cell<usize>,
@@ -176,7 +175,6 @@ impl Graph {
             kernels: HashMap::new(),
             params_source: None,
             pairing: HashMap::new(),
-            node_set: None,
             scratch: Vec::new(),
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
@@ -276,23 +274,10 @@ impl GraphExec {
         Ok(())
     }
 
-    fn member(&mut self, node: Node, call: &'static str) -> Result<()> {
-        if self.node_set.is_none() {
-            let _guard = self.graph.lock();
-            self.node_set = Some(nodes_of(self.graph.raw())?.iter().map(Node::key).collect());
-        }
-        if self
-            .node_set
-            .as_ref()
-            .is_some_and(|s| s.contains(&node.key()))
-        {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                call,
-                "the node is not in the graph this exec was instantiated from",
-            ))
-        }
+    /// The raw handle of `node`, which must be a node of the graph this exec was instantiated
+    /// from (that graph is alive: the exec holds it).
+    fn member(&self, node: Node, call: &'static str) -> Result<cuda_sys::CUgraphNode> {
+        node.raw_in(self.graph.id, call)
     }
 
     /// What graph-rt knows of kernel node `node`, read from the graph on first use.
@@ -300,7 +285,7 @@ impl GraphExec {
         if !self.kernels.contains_key(&node.key()) {
             self.member(node, call)?;
             let source = match &self.params_source {
-                None => node.raw,
+                None => node.raw_in(self.graph.id, call)?,
                 Some(_) => self.paired(node)?,
             };
             let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
@@ -333,7 +318,7 @@ impl GraphExec {
         if self.pairing.is_empty() {
             let ours = {
                 let _guard = self.graph.lock();
-                nodes_of(self.graph.raw())?
+                nodes_of(self.graph.raw(), self.graph.id)?
             };
             let source = self
                 .params_source
@@ -342,7 +327,7 @@ impl GraphExec {
                 .unwrap_or_else(|| self.graph.clone());
             let theirs = {
                 let _guard = source.lock();
-                nodes_of(source.raw())?
+                nodes_of(source.raw(), source.id)?
             };
             self.pairing = ours
                 .iter()
@@ -381,6 +366,7 @@ impl GraphExec {
     ) -> Result<()> {
         const CALL: &str = "cuGraphExecKernelNodeSetParams";
         let raw = self.raw;
+        let node_raw = self.member(node, CALL)?;
         let info = self.kernel(node, CALL)?;
         let layout = info.function.param_layout()?;
         args.with_params(|params, sizes| {
@@ -389,7 +375,7 @@ impl GraphExec {
             // SAFETY: a kernel node of this exec; parameter values alive for the call (the
             // driver copies them).
             check(CALL, unsafe {
-                cuda_sys::cuGraphExecKernelNodeSetParams(raw, node.raw, &p)
+                cuda_sys::cuGraphExecKernelNodeSetParams(raw, node_raw, &p)
             })
         })?;
         info.config.grid = config.grid;
@@ -404,10 +390,10 @@ impl GraphExec {
 
     /// Enables or disables a node (kernel, memcpy or memset) for later launches.
     pub fn set_enabled(&mut self, node: Node, enabled: bool) -> Result<()> {
-        self.member(node, "cuGraphNodeSetEnabled")?;
+        let node_raw = self.member(node, "cuGraphNodeSetEnabled")?;
         // SAFETY: a node of this exec's graph.
         check("cuGraphNodeSetEnabled", unsafe {
-            cuda_sys::cuGraphNodeSetEnabled(self.raw, node.raw, enabled as u32)
+            cuda_sys::cuGraphNodeSetEnabled(self.raw, node_raw, enabled as u32)
         })
     }
 
@@ -418,7 +404,7 @@ impl GraphExec {
         dst: &DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
     ) -> Result<()> {
-        self.member(node, "cuGraphExecMemcpyNodeSetParams")?;
+        let node_raw = self.member(node, "cuGraphExecMemcpyNodeSetParams")?;
         if dst.len() != src.len() {
             return Err(Error::invalid(
                 "cuGraphExecMemcpyNodeSetParams",
@@ -429,7 +415,7 @@ impl GraphExec {
         self.ctx.bind()?;
         // SAFETY: a memcpy node of this exec; both allocations are kept alive below.
         check("cuGraphExecMemcpyNodeSetParams", unsafe {
-            cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node.raw, &p, self.ctx.as_raw())
+            cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
         for r in [
             dst.allocation().clone() as Resource,
@@ -447,12 +433,12 @@ impl GraphExec {
         dst: &DeviceBuffer<T>,
         value: u32,
     ) -> Result<()> {
-        self.member(node, "cuGraphExecMemsetNodeSetParams")?;
+        let node_raw = self.member(node, "cuGraphExecMemsetNodeSetParams")?;
         let p = memset_params("cuGraphExecMemsetNodeSetParams", dst, value)?;
         self.ctx.bind()?;
         // SAFETY: a memset node of this exec; the allocation is kept alive below.
         check("cuGraphExecMemsetNodeSetParams", unsafe {
-            cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node.raw, &p, self.ctx.as_raw())
+            cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
         let r: Resource = dst.allocation().clone();
         self.retained.entry(key(&r)).or_insert(r);
@@ -471,8 +457,11 @@ impl GraphExec {
             .bind()
             .map_err(|_| fail(UpdateFailureKind::Error))?;
         let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
-        // SAFETY: valid exec, graph and out-pointer.
-        let r = unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) };
+        let r = {
+            let _guard = graph.handle.lock();
+            // SAFETY: valid exec, graph and out-pointer.
+            unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
+        };
         if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
             self.absorb(graph);
             self.params_source = Some(graph.handle.clone());
@@ -497,11 +486,13 @@ impl GraphExec {
             }
             other => UpdateFailureKind::Other(other.0),
         };
-        let node = |raw: cuda_sys::CUgraphNode| (!raw.is_null()).then_some(Node { raw });
+        let node = |raw: cuda_sys::CUgraphNode, graph: u64| {
+            (!raw.is_null()).then_some(Node { raw, graph })
+        };
         Err(UpdateFailure {
             kind,
-            node: node(info.errorNode),
-            from_node: node(info.errorFromNode),
+            node: node(info.errorNode, graph.handle.id),
+            from_node: node(info.errorFromNode, self.graph.id),
         })
     }
 
@@ -512,7 +503,10 @@ impl GraphExec {
             Ok(()) => Ok(ExecUpdate::Updated),
             Err(failure) => {
                 let raw = instantiate_raw(graph, self.flags, None)?;
-                // SAFETY: we own the old exec; an in-flight launch of it completes first.
+                // Launches of the new exec are not ordered after those of the old one: wait for
+                // the old one's last launch before anything it uses may be released.
+                self.wait_last_launch()?;
+                // SAFETY: we own the old exec, which no launch uses any more.
                 let r = check("cuGraphExecDestroy", unsafe {
                     cuda_sys::cuGraphExecDestroy(self.raw)
                 });
@@ -521,25 +515,41 @@ impl GraphExec {
                 self.absorb(graph);
                 self.graph = graph.handle.clone();
                 self.params_source = None;
-                self.node_set = None;
                 Ok(ExecUpdate::Reinstantiated(failure))
             }
         }
     }
 }
 
+impl GraphExec {
+    /// Waits for the last launch of this exec (launches of one exec run in order).
+    fn wait_last_launch(&mut self) -> Result<()> {
+        if let Some(stream) = self.last_stream.get_mut().take() {
+            self.last_raw.set(0);
+            self.ctx.bind()?;
+            // SAFETY: the stream is alive (we hold it).
+            check("cuStreamSynchronize", unsafe {
+                cuda_sys::cuStreamSynchronize(stream.raw())
+            })?;
+        }
+        Ok(())
+    }
+}
+
 impl Drop for GraphExec {
     fn drop(&mut self) {
         let inner = self.ctx.inner.clone();
-        // Wait for the last launch before the resources it uses can be freed.
-        if let Some(stream) = self.last_stream.get_mut().take() {
-            let r = inner.bind().and_then(|_| {
-                // SAFETY: the stream is alive (we hold it).
-                check("cuStreamSynchronize", unsafe {
-                    cuda_sys::cuStreamSynchronize(stream.raw())
-                })
-            });
-            inner.record(r);
+        if let Err(e) = self.wait_last_launch() {
+            // A launch may still use what the exec keeps: leak it rather than free it under the
+            // device's feet.
+            inner.record(Err(e));
+            std::mem::forget(std::mem::take(&mut self.retained));
+            std::mem::forget(std::mem::replace(
+                &mut self.graph_keep,
+                Arc::new(Vec::new()),
+            ));
+            std::mem::forget(std::mem::take(&mut self.functions));
+            std::mem::forget(std::mem::take(&mut self.kernels));
         }
         // SAFETY: we own the exec.
         let r = inner.bind().and_then(|_| {

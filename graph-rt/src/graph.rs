@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::marker::PhantomData;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -72,9 +73,11 @@ unsafe impl Send for Graph {}
 /// Owns the `CUgraph`: shared with the execs made from it, whose per-node updates name its nodes.
 pub(crate) struct GraphHandle {
     raw: CUgraph,
+    pub(crate) id: u64,
     ctx: Context,
-    // Serialises the driver calls on the graph of its `Graph` and of the execs that read it.
-    lock: parking_lot::Mutex<()>,
+    // Serialises the driver calls on the graph of its `Graph` and of the execs that read it;
+    // reentrant, so that an exec may read the graph from inside `capture_into` on one thread.
+    lock: parking_lot::ReentrantMutex<()>,
 }
 
 impl GraphHandle {
@@ -82,7 +85,7 @@ impl GraphHandle {
         self.raw
     }
 
-    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, ()> {
+    pub(crate) fn lock(&self) -> parking_lot::ReentrantMutexGuard<'_, ()> {
         self.lock.lock()
     }
 }
@@ -116,9 +119,17 @@ impl std::fmt::Debug for Graph {
 
 type DriverResult = std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>;
 
-fn raw_nodes(deps: &[Node]) -> Vec<CUgraphNode> {
-    deps.iter().map(|n| n.raw).collect()
+/// The raw handles of `nodes`, which must belong to graph `graph`.
+pub(crate) fn raw_nodes(
+    nodes: &[Node],
+    graph: u64,
+    call: &'static str,
+) -> Result<Vec<CUgraphNode>> {
+    nodes.iter().map(|n| n.raw_in(graph, call)).collect()
 }
+
+/// Identifies graphs for [`Node`]s; never reused.
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Graph {
     /// An empty graph (`cuGraphCreate`).
@@ -140,8 +151,9 @@ impl Graph {
     ) -> Self {
         let handle = Arc::new(GraphHandle {
             raw,
+            id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
-            lock: parking_lot::Mutex::new(()),
+            lock: parking_lot::ReentrantMutex::new(()),
         });
         Self {
             raw,
@@ -197,7 +209,7 @@ impl Graph {
         let _guard = handle.lock();
         self.ctx.bind()?;
         let layout = f.param_layout()?;
-        let deps = raw_nodes(deps);
+        let deps = raw_nodes(deps, self.handle.id, "cuGraphAddKernelNode")?;
         let node = args.with_params(|params, sizes| -> Result<CUgraphNode> {
             check_layout(f, layout, sizes, "cuGraphAddKernelNode")?;
             let p = kernel_params(f, config, params.as_mut_ptr());
@@ -208,15 +220,19 @@ impl Graph {
             })?;
             Ok(node)
         })?;
+        // The node exists from here on: keep what it uses before anything else can fail.
+        args.retain(self.kept());
+        self.functions.insert(f.as_raw() as usize, f.clone());
         for attr in config.attributes() {
             // SAFETY: valid node and attribute value.
             check("cuGraphKernelNodeSetAttribute", unsafe {
                 cuda_sys::cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)
             })?;
         }
-        args.retain(self.kept());
-        self.functions.insert(f.as_raw() as usize, f.clone());
-        Ok(Node { raw: node })
+        Ok(Node {
+            raw: node,
+            graph: self.handle.id,
+        })
     }
 
     /// Adds one node after `deps` through `add`, which gets the out-pointer, the graph and the
@@ -230,10 +246,13 @@ impl Graph {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock();
         self.ctx.bind()?;
-        let deps = raw_nodes(deps);
+        let deps = raw_nodes(deps, self.handle.id, call)?;
         let mut node = std::ptr::null_mut();
         check(call, add(&mut node, self.raw, deps.as_ptr(), deps.len()))?;
-        Ok(Node { raw: node })
+        Ok(Node {
+            raw: node,
+            graph: self.handle.id,
+        })
     }
 
     /// Adds a device-to-device copy of all of `src` into `dst` (lengths must match).
@@ -385,7 +404,11 @@ impl Graph {
                 format!("{} sources for {} targets", from.len(), to.len()),
             ));
         }
-        let (f, t) = (raw_nodes(from), raw_nodes(to));
+        let id = self.handle.id;
+        let (f, t) = (
+            raw_nodes(from, id, "cuGraphAddDependencies")?,
+            raw_nodes(to, id, "cuGraphAddDependencies")?,
+        );
         // SAFETY: equal-length arrays of nodes of this graph.
         check("cuGraphAddDependencies", unsafe {
             cuda_sys::cuGraphAddDependencies(self.raw, f.as_ptr(), t.as_ptr(), f.len())
@@ -396,7 +419,7 @@ impl Graph {
     pub fn nodes(&self) -> Result<Vec<Node>> {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock();
-        nodes_of(self.raw)
+        nodes_of(self.raw, self.handle.id)
     }
 
     /// Every edge `(from, to)`.
@@ -417,7 +440,18 @@ impl Graph {
             .into_iter()
             .zip(to)
             .take(n)
-            .map(|(f, t)| (Node { raw: f }, Node { raw: t }))
+            .map(|(f, t)| {
+                (
+                    Node {
+                        raw: f,
+                        graph: self.handle.id,
+                    },
+                    Node {
+                        raw: t,
+                        graph: self.handle.id,
+                    },
+                )
+            })
             .collect())
     }
 
@@ -425,10 +459,11 @@ impl Graph {
     pub fn node_kind(&self, node: Node) -> Result<NodeKind> {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock();
+        let raw = node.raw_in(self.handle.id, "cuGraphNodeGetType")?;
         let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        // SAFETY: valid out-pointer; the driver validates the node.
+        // SAFETY: valid out-pointer and a node of this (live) graph.
         check("cuGraphNodeGetType", unsafe {
-            cuda_sys::cuGraphNodeGetType(node.raw, &mut t)
+            cuda_sys::cuGraphNodeGetType(raw, &mut t)
         })?;
         Ok(t.into())
     }
@@ -463,7 +498,7 @@ impl Graph {
 }
 
 /// The nodes of a graph, in creation order (`cuGraphGetNodes`).
-pub(crate) fn nodes_of(graph: CUgraph) -> Result<Vec<Node>> {
+pub(crate) fn nodes_of(graph: CUgraph, id: u64) -> Result<Vec<Node>> {
     let mut n = 0;
     // SAFETY: a null array asks for the count.
     check("cuGraphGetNodes", unsafe {
@@ -475,5 +510,5 @@ pub(crate) fn nodes_of(graph: CUgraph) -> Result<Vec<Node>> {
         cuda_sys::cuGraphGetNodes(graph, raw.as_mut_ptr(), &mut n)
     })?;
     raw.truncate(n);
-    Ok(raw.into_iter().map(|raw| Node { raw }).collect())
+    Ok(raw.into_iter().map(|raw| Node { raw, graph: id }).collect())
 }

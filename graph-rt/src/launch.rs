@@ -312,8 +312,10 @@ impl Stream {
     /// The kernel must be correct for these arguments: every address it reaches through them
     /// must be valid device memory of this context for what it reads and writes, each argument
     /// must be of the type the kernel declares (the layout check only sees sizes), and the
-    /// buffers must stay alive until the kernel is done (dropping a [`DeviceBuffer`] waits for
-    /// it, or orders its free after it).
+    /// buffers and `f` must stay alive until the kernel is done (dropping a [`DeviceBuffer`]
+    /// allocated by [`DeviceBuffer::alloc`] waits for it). If the stream is capturing, "until
+    /// the kernel is done" means every replay of the graph: prefer
+    /// [`CaptureScope::launch`](crate::CaptureScope::launch), which keeps them alive.
     #[inline]
     pub unsafe fn launch<A: KernelArgs>(
         &self,

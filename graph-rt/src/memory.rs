@@ -122,9 +122,17 @@ impl<T: Pod> DeviceBuffer<T> {
     /// usable by work queued on `stream` after this call, and is freed on drop in stream order
     /// (`cuMemFreeAsync` on the same stream), after all work queued there before the drop.
     ///
-    /// The buffer keeps the stream alive until it is freed.
+    /// The buffer keeps the stream alive until it is freed. graph-rt's synchronous operations on
+    /// it (copies, fills) first wait for `stream`. Not on a capturing stream: memory that lives
+    /// inside a graph comes from [`Graph::add_mem_alloc`](crate::Graph::add_mem_alloc).
     pub fn alloc_async(stream: &Stream, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("cuMemAllocAsync", len)?;
+        if stream.capture_status()? != crate::CaptureStatus::None {
+            return Err(Error::invalid(
+                "cuMemAllocAsync",
+                "the stream is capturing: use Graph::add_mem_alloc for memory that lives inside a graph",
+            ));
+        }
         stream.context().bind()?;
         let mut ptr = 0;
         if bytes > 0 {
@@ -204,6 +212,7 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         self.alloc.ctx.bind()?;
+        self.alloc.ready()?;
         // SAFETY: both sides hold num_bytes bytes; the context is current.
         check("cuMemcpyHtoD", unsafe {
             cuda_sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.num_bytes())
@@ -220,6 +229,7 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         self.alloc.ctx.bind()?;
+        self.alloc.ready()?;
         // SAFETY: both sides hold num_bytes bytes; T: Pod accepts any bytes.
         check("cuMemcpyDtoH", unsafe {
             cuda_sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), self.ptr, self.num_bytes())
@@ -240,6 +250,8 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         self.alloc.ctx.bind()?;
+        self.alloc.ready()?;
+        src.alloc.ready()?;
         // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
         check("cuMemcpyDtoD", unsafe {
             cuda_sys::cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())
@@ -258,6 +270,7 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         self.alloc.ctx.bind()?;
+        self.alloc.ready()?;
         // SAFETY: the allocation holds num_bytes bytes.
         check("cuMemsetD8", unsafe {
             cuda_sys::cuMemsetD8(self.ptr, value, self.num_bytes())
@@ -281,6 +294,7 @@ impl<T: Pod> DeviceBuffer<T> {
             return Ok(());
         }
         self.alloc.ctx.bind()?;
+        self.alloc.ready()?;
         // SAFETY: the allocation holds num_bytes / 4 words.
         check("cuMemsetD32", unsafe {
             cuda_sys::cuMemsetD32(self.ptr, value, self.num_bytes() / 4)
@@ -288,29 +302,40 @@ impl<T: Pod> DeviceBuffer<T> {
         settle()
     }
 
-    /// Queues a zero fill on `stream` (`cuMemsetD8Async`).
-    pub fn fill_zero_async(&mut self, stream: &Stream) -> Result<()> {
+    /// Queues a zero fill on `stream` (`cuMemsetD8Async`). Inside a capture, use
+    /// [`CaptureScope::fill_zero`](crate::CaptureScope::fill_zero), which keeps the buffer alive.
+    ///
+    /// # Safety
+    /// The buffer must outlive the fill: dropping it waits for queued work only when it was
+    /// allocated by [`DeviceBuffer::alloc`] (cuMemFree synchronizes) or on `stream` itself
+    /// ([`DeviceBuffer::alloc_async`]); and if `stream` is capturing, for every replay.
+    pub unsafe fn fill_zero_async(&mut self, stream: &Stream) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
         stream.context().bind()?;
-        // SAFETY: the allocation holds num_bytes bytes and outlives the queued work, because
-        // freeing it is ordered after that work (cuMemFree synchronizes; cuMemFreeAsync is
-        // stream-ordered).
+        // SAFETY: the allocation holds num_bytes bytes; the caller keeps it alive.
         check("cuMemsetD8Async", unsafe {
             cuda_sys::cuMemsetD8Async(self.ptr, 0, self.num_bytes(), stream.as_raw())
         })
     }
 
     /// Queues a device-to-device copy on `stream` (`cuMemcpyDtoDAsync`); lengths must match.
-    pub fn copy_from_device_async(&mut self, src: &DeviceBuffer<T>, stream: &Stream) -> Result<()> {
+    /// Inside a capture, use [`CaptureScope::copy`](crate::CaptureScope::copy).
+    ///
+    /// # Safety
+    /// As [`DeviceBuffer::fill_zero_async`], for both buffers.
+    pub unsafe fn copy_from_device_async(
+        &mut self,
+        src: &DeviceBuffer<T>,
+        stream: &Stream,
+    ) -> Result<()> {
         same_len("DeviceBuffer::copy_from_device_async", self.len, src.len)?;
         if self.len == 0 {
             return Ok(());
         }
         stream.context().bind()?;
-        // SAFETY: as in fill_zero_async; `src` must outlive the copy, which its drop ensures the
-        // same way.
+        // SAFETY: both allocations hold num_bytes bytes; the caller keeps them alive.
         check("cuMemcpyDtoDAsync", unsafe {
             cuda_sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, self.num_bytes(), stream.as_raw())
         })
@@ -355,6 +380,19 @@ impl<T: Pod> DeviceBuffer<T> {
         check("cuMemcpyDtoHAsync", unsafe {
             cuda_sys::cuMemcpyDtoHAsync(dst.ptr.cast(), self.ptr, self.num_bytes(), stream.as_raw())
         })
+    }
+}
+
+impl Allocation {
+    /// Makes a stream-ordered allocation usable outside its stream: waits for that stream.
+    fn ready(&self) -> Result<()> {
+        match &self.release {
+            // SAFETY: the stream is alive (we hold it).
+            Release::Stream(s) => check("cuStreamSynchronize", unsafe {
+                cuda_sys::cuStreamSynchronize(s.raw())
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

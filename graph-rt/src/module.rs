@@ -47,12 +47,19 @@ impl Module {
     }
 
     /// Loads a cubin (an ELF image for this GPU's architecture).
-    pub fn from_cubin(ctx: &Context, image: &[u8]) -> Result<Self> {
+    ///
+    /// # Safety
+    /// `image` must be a complete, well-formed cubin: the driver takes no length and trusts the
+    /// offsets in its headers (graph-rt only checks the magic number).
+    pub unsafe fn from_cubin(ctx: &Context, image: &[u8]) -> Result<Self> {
         Self::from_binary(ctx, image, b"\x7fELF", "cubin")
     }
 
     /// Loads a fatbin (as written by `nvcc -fatbin`).
-    pub fn from_fatbin(ctx: &Context, image: &[u8]) -> Result<Self> {
+    ///
+    /// # Safety
+    /// As [`Module::from_cubin`]: a complete, well-formed fatbin.
+    pub unsafe fn from_fatbin(ctx: &Context, image: &[u8]) -> Result<Self> {
         Self::from_binary(ctx, image, &0xBA55_ED50u32.to_le_bytes(), "fatbin")
     }
 

@@ -11,10 +11,13 @@ use crate::launch::LaunchConfig;
 use crate::memory::DeviceBuffer;
 use crate::module::Function;
 
-/// A node of a graph: a plain handle, valid while its graph lives.
+/// A node of a graph: a plain handle, valid while its graph lives. It remembers which graph it
+/// belongs to, so that graph-rt refuses it anywhere else (a node of a dropped graph included)
+/// instead of handing the driver a dangling handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Node {
     pub(crate) raw: CUgraphNode,
+    pub(crate) graph: u64,
 }
 
 impl Node {
@@ -25,6 +28,18 @@ impl Node {
 
     pub(crate) fn key(&self) -> usize {
         self.raw as usize
+    }
+
+    /// The raw handle, if the node belongs to the graph `graph`.
+    pub(crate) fn raw_in(&self, graph: u64, call: &'static str) -> Result<CUgraphNode> {
+        if self.graph == graph {
+            Ok(self.raw)
+        } else {
+            Err(Error::invalid(
+                call,
+                "the node belongs to another graph (or to one that is gone)",
+            ))
+        }
     }
 }
 

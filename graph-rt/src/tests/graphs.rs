@@ -524,3 +524,58 @@ fn rebinding_every_node_of_a_captured_chain_in_node_order() {
     stream.synchronize().unwrap();
     check_chain(&b[20], &x, 20);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn failed_capture_into_keeps_the_callers_graph_and_foreign_nodes_are_refused() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut bufs = buffers(&ctx, 3);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut graph = Graph::new(&ctx).unwrap();
+    let first = graph.add_empty(&[]).unwrap();
+    let e = stream
+        .capture_into(&mut graph, &[first], CaptureMode::Global, |s| {
+            // SAFETY: N-element buffers, kept alive by `graph` even though the capture fails.
+            unsafe { s.launch(&f, &cfg, (&bufs[0], &bufs[1], N as i32))? };
+            s.stream().synchronize()
+        })
+        .unwrap_err();
+    assert_eq!(e.call(), Some("cuStreamSynchronize"), "{e}");
+    assert_eq!(stream.capture_status().unwrap(), CaptureStatus::None);
+    assert!(!graph.nodes().unwrap().is_empty());
+    // Allocating in stream order on a capturing stream is refused, named.
+    let e = stream
+        .capture(CaptureMode::Global, |s| {
+            DeviceBuffer::<f32>::alloc_async(s.stream(), 16).map(drop)
+        })
+        .unwrap_err();
+    assert_eq!(e.call(), Some("cuMemAllocAsync"), "{e}");
+    // A node of another graph, live or dropped, is refused rather than handed to the driver.
+    let other = capture_chain(&stream, &f, &mut bufs).unwrap();
+    let foreign = other.nodes().unwrap()[0];
+    assert!(matches!(
+        graph.add_empty(&[foreign]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    drop(other);
+    assert!(matches!(
+        graph.node_kind(foreign),
+        Err(Error::InvalidArgument { .. })
+    ));
+    // CaptureScope::record makes an event-record node.
+    let ev = Event::new(&ctx, EventFlags::DisableTiming).unwrap();
+    let g = stream
+        .capture(CaptureMode::Global, |s| s.record(&ev))
+        .unwrap();
+    let kinds: Vec<_> = g
+        .nodes()
+        .unwrap()
+        .iter()
+        .map(|n| g.node_kind(*n).unwrap())
+        .collect();
+    assert_eq!(kinds, vec![NodeKind::EventRecord]);
+    drop(graph);
+    assert!(ctx.take_deferred_errors().is_empty());
+}
