@@ -185,6 +185,7 @@ struct ActiveCapture<'s, 'g> {
     scope: CaptureScope<'s>,
     into: Option<&'g mut Graph>,
     ended: bool,
+    succeeded: bool,
 }
 
 impl<'s, 'g> ActiveCapture<'s, 'g> {
@@ -199,6 +200,7 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
             scope,
             into,
             ended: false,
+            succeeded: false,
         }
     }
 
@@ -231,6 +233,10 @@ impl Drop for ActiveCapture<'_, '_> {
             let _ = self.end();
         }
         if let Some(graph) = self.into.take() {
+            if !self.succeeded {
+                // CUDA leaves a graph whose capture failed undefined: refuse further use.
+                graph.handle.set_broken();
+            }
             graph.kept().append(self.scope.keep.get_mut());
             graph
                 .functions
@@ -270,8 +276,9 @@ impl Stream {
     }
 
     /// Captures the work `record` queues into `graph`, after the nodes `after`
-    /// (`cuStreamBeginCaptureToGraph`, CUDA 12.3). On failure, the nodes captured so far stay
-    /// in `graph`, which keeps what they use.
+    /// (`cuStreamBeginCaptureToGraph`, CUDA 12.3). On failure CUDA leaves `graph` undefined:
+    /// graph-rt refuses every later use of it (drop it; execs made from it earlier are unaffected),
+    /// and it still keeps alive what its nodes use until dropped.
     pub fn capture_into<F>(
         &self,
         graph: &mut Graph,
@@ -284,7 +291,7 @@ impl Stream {
     {
         self.context().bind()?;
         let handle = graph.handle.clone();
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuStreamBeginCaptureToGraph")?;
         let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;
         // SAFETY: valid stream, graph and dependency list; no edge data.
         check("cuStreamBeginCaptureToGraph", unsafe {
@@ -300,7 +307,9 @@ impl Stream {
         .map_err(Error::into_capture)?;
         let mut active = ActiveCapture::new(self, Some(graph));
         record(&active.scope).map_err(Error::into_capture)?;
-        active.end().map(drop)
+        active.end()?;
+        active.succeeded = true;
+        Ok(())
     }
 
     /// Whether the stream is capturing (`cuStreamIsCapturing`).

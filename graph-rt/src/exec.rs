@@ -185,7 +185,7 @@ impl Graph {
 
 fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result<CUgraphExec> {
     graph.ctx.bind()?;
-    let _guard = graph.handle.lock();
+    let _guard = graph.handle.lock("cuGraphInstantiate")?;
     let mut raw = std::ptr::null_mut();
     let Some(stream) = upload else {
         // SAFETY: valid graph and out-pointer.
@@ -290,7 +290,11 @@ impl GraphExec {
             };
             let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
             {
-                let _guard = self.params_source.as_ref().unwrap_or(&self.graph).lock();
+                let _guard = self
+                    .params_source
+                    .as_ref()
+                    .unwrap_or(&self.graph)
+                    .lock("cuGraphKernelNodeGetParams")?;
                 // SAFETY: a node of a graph we keep alive; the driver fills `p`.
                 check("cuGraphKernelNodeGetParams", unsafe {
                     cuda_sys::cuGraphKernelNodeGetParams(source, &mut p)
@@ -317,7 +321,7 @@ impl GraphExec {
     fn paired(&mut self, node: Node) -> Result<CUgraphNode> {
         if self.pairing.is_empty() {
             let ours = {
-                let _guard = self.graph.lock();
+                let _guard = self.graph.lock("cuGraphGetNodes")?;
                 nodes_of(self.graph.raw(), self.graph.id)?
             };
             let source = self
@@ -326,7 +330,7 @@ impl GraphExec {
                 .map(Arc::clone)
                 .unwrap_or_else(|| self.graph.clone());
             let theirs = {
-                let _guard = source.lock();
+                let _guard = source.lock("cuGraphGetNodes")?;
                 nodes_of(source.raw(), source.id)?
             };
             self.pairing = ours
@@ -458,7 +462,10 @@ impl GraphExec {
             .map_err(|_| fail(UpdateFailureKind::Error))?;
         let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
         let r = {
-            let _guard = graph.handle.lock();
+            let _guard = graph
+                .handle
+                .lock("cuGraphExecUpdate")
+                .map_err(|_| fail(UpdateFailureKind::Error))?;
             // SAFETY: valid exec, graph and out-pointer.
             unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
         };

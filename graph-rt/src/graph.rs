@@ -78,6 +78,7 @@ pub(crate) struct GraphHandle {
     // Serialises the driver calls on the graph of its `Graph` and of the execs that read it;
     // reentrant, so that an exec may read the graph from inside `capture_into` on one thread.
     lock: parking_lot::ReentrantMutex<()>,
+    broken: std::sync::atomic::AtomicBool,
 }
 
 impl GraphHandle {
@@ -85,8 +86,24 @@ impl GraphHandle {
         self.raw
     }
 
-    pub(crate) fn lock(&self) -> parking_lot::ReentrantMutexGuard<'_, ()> {
-        self.lock.lock()
+    /// Locks the graph for driver calls; refused once a failed `capture_into` left the graph
+    /// in the undefined state CUDA gives it then.
+    pub(crate) fn lock(
+        &self,
+        call: &'static str,
+    ) -> Result<parking_lot::ReentrantMutexGuard<'_, ()>> {
+        if self.broken.load(Ordering::Acquire) {
+            return Err(Error::invalid(
+                call,
+                "the graph is unusable: a capture into it failed, which leaves it undefined (CUDA); drop it",
+            ));
+        }
+        Ok(self.lock.lock())
+    }
+
+    /// Marks the graph unusable (see [`GraphHandle::lock`]).
+    pub(crate) fn set_broken(&self) {
+        self.broken.store(true, Ordering::Release);
     }
 }
 
@@ -154,6 +171,7 @@ impl Graph {
             id: NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
             lock: parking_lot::ReentrantMutex::new(()),
+            broken: std::sync::atomic::AtomicBool::new(false),
         });
         Self {
             raw,
@@ -206,7 +224,7 @@ impl Graph {
         args: A,
     ) -> Result<Node> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphAddKernelNode")?;
         self.ctx.bind()?;
         let layout = f.param_layout()?;
         let deps = raw_nodes(deps, self.handle.id, "cuGraphAddKernelNode")?;
@@ -244,7 +262,7 @@ impl Graph {
         add: impl FnOnce(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize) -> DriverResult,
     ) -> Result<Node> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock(call)?;
         self.ctx.bind()?;
         let deps = raw_nodes(deps, self.handle.id, call)?;
         let mut node = std::ptr::null_mut();
@@ -331,7 +349,7 @@ impl Graph {
 
     /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
     pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
-        let _child_guard = child.handle.lock();
+        let _child_guard = child.handle.lock("cuGraphAddChildGraphNode")?;
         // SAFETY: valid graphs; the driver clones the child.
         let node = self.add_node("cuGraphAddChildGraphNode", deps, |n, g, d, len| unsafe {
             cuda_sys::cuGraphAddChildGraphNode(n, g, d, len, child.raw)
@@ -397,7 +415,7 @@ impl Graph {
     /// Makes each node of `to` depend on the node of `from` at the same index.
     pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphAddDependencies")?;
         if from.len() != to.len() {
             return Err(Error::invalid(
                 "cuGraphAddDependencies",
@@ -418,14 +436,14 @@ impl Graph {
     /// Every node, in creation order.
     pub fn nodes(&self) -> Result<Vec<Node>> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphGetNodes")?;
         nodes_of(self.raw, self.handle.id)
     }
 
     /// Every edge `(from, to)`.
     pub fn edges(&self) -> Result<Vec<(Node, Node)>> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphGetEdges")?;
         let mut n = 0;
         // SAFETY: null arrays ask for the count.
         check("cuGraphGetEdges", unsafe {
@@ -458,7 +476,7 @@ impl Graph {
     /// What `node` does.
     pub fn node_kind(&self, node: Node) -> Result<NodeKind> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphNodeGetType")?;
         let raw = node.raw_in(self.handle.id, "cuGraphNodeGetType")?;
         let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: valid out-pointer and a node of this (live) graph.
@@ -471,7 +489,7 @@ impl Graph {
     /// A deep copy (`cuGraphClone`) that keeps the same resources alive.
     pub fn try_clone(&self) -> Result<Graph> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphClone")?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid graph and out-pointer.
         check("cuGraphClone", unsafe {
@@ -485,7 +503,7 @@ impl Graph {
     /// Writes the graph in Graphviz DOT form to `path` (`cuGraphDebugDotPrint`, verbose).
     pub fn write_dot(&self, path: impl AsRef<Path>) -> Result<()> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock();
+        let _guard = handle.lock("cuGraphDebugDotPrint")?;
         let path = path.as_ref();
         let c = CString::new(path.to_string_lossy().as_bytes())
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
