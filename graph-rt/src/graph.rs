@@ -114,6 +114,13 @@ unsafe impl Sync for GraphHandle {}
 
 impl Drop for GraphHandle {
     fn drop(&mut self) {
+        if self.broken.load(Ordering::Acquire) {
+            // After a failed capture into it the driver no longer accepts the handle (seen on
+            // driver 580: cuGraphGetNodes and cuGraphDestroy both return INVALID_VALUE); leaking
+            // is the safe side of a possible double destroy.
+            tracing::warn!("graph-rt: not destroying a graph whose capture failed");
+            return;
+        }
         let inner = &self.ctx.inner;
         // SAFETY: the last owner of the graph is gone.
         let r = inner.bind().and_then(|_| {
