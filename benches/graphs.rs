@@ -6,6 +6,10 @@
 //! parameter update; rebinding by re-capture + exec update; and the host cost of capture +
 //! instantiate through graph-rt vs the raw driver calls. Prints a table of medians and ratios.
 //!
+//! On compute capability 9.0+ it also measures eager launches and replay of the same chain built
+//! from `kernels::CHAIN_PDL` launched with programmatic dependent launch (captured as
+//! programmatic edges), interleaved with the plain eager and replay cases.
+//!
 //! ```text
 //! cargo bench --bench graphs
 //! ```
@@ -58,13 +62,23 @@ impl Chain {
     }
 
     fn capture(&self, stream: &Stream, f: &Function, which: usize) -> Graph {
-        let cfg = LaunchConfig::for_elements(ELEMS, 256);
+        self.capture_with(stream, f, &LaunchConfig::for_elements(ELEMS, 256), which)
+    }
+
+    fn capture_with(
+        &self,
+        stream: &Stream,
+        f: &Function,
+        cfg: &LaunchConfig,
+        which: usize,
+    ) -> Graph {
         let set = &self.sets[which];
         stream
             .capture(CaptureMode::Global, |s| {
                 for k in 0..set.len() - 1 {
                     // SAFETY: add1 touches ELEMS elements of two ELEMS-element buffers.
-                    unsafe { s.launch(f, &cfg, (&set[k], &set[k + 1], ELEMS as i32))? };
+                    // With programmatic launch, add1 of CHAIN_PDL waits before reading.
+                    unsafe { s.launch(f, cfg, (&set[k], &set[k + 1], ELEMS as i32))? };
                 }
                 Ok(())
             })
@@ -82,6 +96,47 @@ struct Row {
     recapture: f64,
     capture: f64,
     capture_raw: f64,
+    pdl: Option<PdlRow>,
+}
+
+/// Eager and replay of the programmatic-dependent-launch chain, from the same rounds.
+struct PdlRow {
+    replay_gpu: f64,
+    eager: f64,
+    replay: f64,
+}
+
+/// `CHAIN_PDL`'s add1 and its launch configuration, where the GPU supports them.
+fn pdl_kernel(ctx: &Context) -> Option<(Function, LaunchConfig)> {
+    let cc = ctx
+        .device()
+        .compute_capability()
+        .expect("compute capability");
+    let (major, minor) = graph_rt::kernels::CHAIN_PDL.min_compute_capability;
+    if cc < (major as i32, minor as i32) {
+        eprintln!("programmatic dependent launch needs compute capability 9.0; skipped");
+        return None;
+    }
+    let f = Module::from_ptx(ctx, graph_rt::kernels::CHAIN_PDL.ptx)
+        .expect("module")
+        .function("add1")
+        .expect("add1");
+    let cfg = LaunchConfig::for_elements(ELEMS, 256)
+        .programmatic_stream_serialization()
+        .expect("attribute");
+    Some((f, cfg))
+}
+
+/// Launches add1 over every link of `set`, one launch at a time.
+fn eager(stream: &Stream, f: &Function, cfg: &LaunchConfig, set: &[DeviceBuffer<f32>]) {
+    for k in 0..set.len() - 1 {
+        // SAFETY: as in Chain::capture.
+        unsafe {
+            stream
+                .launch(f, cfg, (&set[k], &set[k + 1], ELEMS as i32))
+                .expect("launch")
+        };
+    }
 }
 
 fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
@@ -92,6 +147,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
         .function("add1")
         .expect("add1");
     let cfg = LaunchConfig::for_elements(ELEMS, 256);
+    let pdl = pdl_kernel(ctx);
     let sync = || stream.synchronize().expect("sync");
     for n in SIZES {
         let chain = Chain::new(ctx, n);
@@ -104,15 +160,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
         group.bench_function("eager", |b| {
             b.iter_custom(|iters| {
                 timed(iters, |i| {
-                    let set = &chain.sets[(i % 2) as usize];
-                    for k in 0..n {
-                        // SAFETY: as in Chain::capture.
-                        unsafe {
-                            stream
-                                .launch(&f, &cfg, (&set[k], &set[k + 1], ELEMS as i32))
-                                .expect("launch")
-                        };
-                    }
+                    eager(&stream, &f, &cfg, &chain.sets[(i % 2) as usize]);
                     sync();
                 })
             })
@@ -178,8 +226,36 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
                 timed(iters, |_| raw_capture_instantiate(&stream, &f, &cfg, &ptrs))
             })
         });
+        if let Some((pf, pcfg)) = &pdl {
+            group.bench_function("eager_pdl", |b| {
+                b.iter_custom(|iters| {
+                    timed(iters, |i| {
+                        eager(&stream, pf, pcfg, &chain.sets[(i % 2) as usize]);
+                        sync();
+                    })
+                })
+            });
+            let exec = chain
+                .capture_with(&stream, pf, pcfg, 0)
+                .instantiate()
+                .expect("instantiate");
+            group.bench_function("replay_pdl", |b| {
+                b.iter_custom(|iters| {
+                    timed(iters, |_| {
+                        exec.launch(&stream).expect("launch");
+                        sync();
+                    })
+                })
+            });
+        }
         group.finish();
-        rows.push(interleaved_row(n, &chain, &stream, &f, &cfg));
+        rows.push(interleaved_row(
+            n,
+            &chain,
+            &stream,
+            (&f, &cfg),
+            pdl.as_ref(),
+        ));
     }
     rows
 }
@@ -189,8 +265,8 @@ fn interleaved_row(
     n: usize,
     chain: &Chain,
     stream: &Stream,
-    f: &Function,
-    cfg: &LaunchConfig,
+    (f, cfg): (&Function, &LaunchConfig),
+    pdl: Option<&(Function, LaunchConfig)>,
 ) -> Row {
     let sync = || stream.synchronize().expect("sync");
     let graph = chain.capture(stream, f, 0);
@@ -203,38 +279,54 @@ fn interleaved_row(
     };
     let ptrs: Vec<u64> = chain.sets[0].iter().map(|b| b.as_raw()).collect();
     let rounds = if n >= 1000 { 60 } else { 150 };
-    // Three interleaved pairs, so that no case follows one that leaves the driver other work.
-    let a = common::interleave(
-        rounds,
-        vec![
-            (
-                "eager",
-                Box::new(|| {
-                    once(|| {
-                        let set = &chain.sets[next()];
-                        for k in 0..n {
-                            // SAFETY: as in Chain::capture.
-                            unsafe {
-                                stream
-                                    .launch(f, cfg, (&set[k], &set[k + 1], ELEMS as i32))
-                                    .expect("launch")
-                            };
-                        }
-                        sync();
-                    })
-                }),
-            ),
-            (
-                "replay",
-                Box::new(|| {
-                    once(|| {
-                        exec.borrow().launch(stream).expect("launch");
-                        sync();
-                    })
-                }),
-            ),
-        ],
-    );
+    let pdl_exec = pdl.map(|(pf, pcfg)| {
+        chain
+            .capture_with(stream, pf, pcfg, 0)
+            .instantiate()
+            .expect("instantiate")
+    });
+    // Interleaved groups, so that no case follows one that leaves the driver other work.
+    let mut eager_replay: Vec<common::Variant> = vec![
+        (
+            "eager",
+            Box::new(|| {
+                once(|| {
+                    eager(stream, f, cfg, &chain.sets[next()]);
+                    sync();
+                })
+            }),
+        ),
+        (
+            "replay",
+            Box::new(|| {
+                once(|| {
+                    exec.borrow().launch(stream).expect("launch");
+                    sync();
+                })
+            }),
+        ),
+    ];
+    if let (Some((pf, pcfg)), Some(pexec)) = (pdl, &pdl_exec) {
+        eager_replay.push((
+            "eager_pdl",
+            Box::new(move || {
+                once(|| {
+                    eager(stream, pf, pcfg, &chain.sets[next()]);
+                    sync();
+                })
+            }),
+        ));
+        eager_replay.push((
+            "replay_pdl",
+            Box::new(|| {
+                once(|| {
+                    pexec.launch(stream).expect("launch");
+                    sync();
+                })
+            }),
+        ));
+    }
+    let a = common::interleave(rounds, eager_replay);
     let b = common::interleave(
         rounds,
         vec![
@@ -289,6 +381,11 @@ fn interleaved_row(
         ],
     );
     let replay_gpu = replay_gpu_time(&exec.borrow(), stream);
+    let pdl = pdl_exec.map(|pexec| PdlRow {
+        replay_gpu: replay_gpu_time(&pexec, stream),
+        eager: a[2].1,
+        replay: a[3].1,
+    });
     Row {
         n,
         replay_gpu,
@@ -298,6 +395,7 @@ fn interleaved_row(
         recapture: b[1].1,
         capture: c[0].1,
         capture_raw: c[1].1,
+        pdl,
     }
 }
 
@@ -344,6 +442,32 @@ fn print_table(rows: &[Row]) {
             r.capture,
             r.capture_raw,
             r.capture / r.capture_raw
+        );
+    }
+    println!("\ntable: eager vs replay, plain add1 (CHAIN) and programmatic dependent launch (CHAIN_PDL), same rounds");
+    println!(
+        "table: {:>5} | {:>8} | {:>8} | {:>13} | {:>9} | {:>9} | {:>13} | {:>15}",
+        "N",
+        "eager",
+        "replay",
+        "eager/replay",
+        "PDL eager",
+        "PDL repl.",
+        "eager/replay",
+        "PDL replay GPU"
+    );
+    for r in rows {
+        let Some(p) = &r.pdl else { continue };
+        println!(
+            "table: {:>5} | {:>8.1} | {:>8.1} | {:>12.2}× | {:>9.1} | {:>9.1} | {:>12.2}× | {:>15.1}",
+            r.n,
+            r.eager,
+            r.replay,
+            r.eager / r.replay,
+            p.eager,
+            p.replay,
+            p.eager / p.replay,
+            p.replay_gpu
         );
     }
 }

@@ -17,6 +17,7 @@ import ctypes
 import hashlib
 import importlib.metadata
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -28,6 +29,10 @@ PIP_INSTALL = f"pip install {NVRTC_PACKAGE}=={NVRTC_PACKAGE_VERSION}"
 # No -lineinfo (it embeds file paths and grows the PTX) and no --use_fast_math
 # (keeps IEEE division/sqrt semantics callers may rely on).
 OPTIONS = ["--gpu-architecture=compute_70", "--std=c++17"]
+# A source whose first line is "// compile.py: --gpu-architecture=compute_XY"
+# is compiled for that virtual architecture instead (kernels that use
+# instructions older GPUs lack); nothing else may be overridden.
+ARCH_DIRECTIVE = re.compile(rb"\A// compile\.py: (--gpu-architecture=compute_(\d+))\r?\n")
 
 KERNELS_DIR = Path(__file__).resolve().parent
 CUDA_DIR = KERNELS_DIR / "cuda"
@@ -114,9 +119,20 @@ def check(lib, result, what):
         die(f"{what} failed: {lib.nvrtcGetErrorString(result).decode()} ({result})")
 
 
+def options_for(src_path, source):
+    """The NVRTC options for one source: OPTIONS, or its architecture directive."""
+    m = ARCH_DIRECTIVE.match(source)
+    if m is None:
+        if source.startswith(b"// compile.py:"):
+            die(f"{src_path}: malformed directive; expected '// compile.py: --gpu-architecture=compute_XY'")
+        return OPTIONS
+    return [m.group(1).decode()] + [o for o in OPTIONS if not o.startswith("--gpu-architecture=")]
+
+
 def compile_one(lib, src_path):
     """Return PTX bytes for one .cu file, or exit 1 printing the compile log."""
     source = src_path.read_bytes()
+    options = options_for(src_path, source)
     prog = ctypes.c_void_p()
     # Name the program by file name only, so nothing machine-specific can leak
     # into the output.
@@ -126,8 +142,8 @@ def compile_one(lib, src_path):
         f"nvrtcCreateProgram({src_path.name})",
     )
     try:
-        opts = (ctypes.c_char_p * len(OPTIONS))(*[o.encode() for o in OPTIONS])
-        result = lib.nvrtcCompileProgram(prog, len(OPTIONS), opts)
+        opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
+        result = lib.nvrtcCompileProgram(prog, len(options), opts)
 
         log_size = ctypes.c_size_t()
         check(lib, lib.nvrtcGetProgramLogSize(prog, ctypes.byref(log_size)), "nvrtcGetProgramLogSize")
@@ -164,7 +180,8 @@ def build_outputs(lib, version):
     outputs = {}
     lines = [
         f"# nvrtc {version[0]}.{version[1]} ({NVRTC_PACKAGE}=={NVRTC_PACKAGE_VERSION}) "
-        f"options: {' '.join(OPTIONS)}",
+        f"options: {' '.join(OPTIONS)} (a source's '// compile.py:' first line may set another "
+        "--gpu-architecture)",
         "# name sha256(cuda/<name>.cu) sha256(ptx/<name>.ptx)",
     ]
     for src in sources:

@@ -1,8 +1,9 @@
 //! Executable graphs: instantiate, upload, launch, and change what the nodes do between launches
 //! without re-capturing (per-node parameter updates, whole-graph update).
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::hash_map::{Entry, HashMap};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
@@ -36,26 +37,13 @@ pub struct InstantiateOptions<'a> {
 
 impl InstantiateOptions<'_> {
     fn flags(&self) -> u64 {
-        let mut f = 0;
-        for (on, flag) in [
-            (
-                self.auto_free_on_launch,
-                F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
-            ),
-            (
-                self.device_launch,
-                F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH,
-            ),
-            (
-                self.use_node_priority,
-                F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY,
-            ),
-        ] {
-            if on {
-                f |= flag.0 as u64;
-            }
-        }
-        f
+        let on = |on, flag: F| if on { flag.0 as u64 } else { 0 };
+        let free = F::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH;
+        let device = F::CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH;
+        let priority = F::CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+        on(self.auto_free_on_launch, free)
+            | on(self.device_launch, device)
+            | on(self.use_node_priority, priority)
     }
 }
 
@@ -123,14 +111,14 @@ pub struct GraphExec {
     // What the instantiated graph keeps alive.
     graph_keep: Arc<Vec<Resource>>,
     // What rebinding and in-place updates added, by address.
-    retained: HashMap<usize, Resource>,
+    retained: AddrMap<Resource>,
     functions: HashMap<usize, Function>,
     // Function and configuration of kernel nodes, read lazily and kept current.
-    kernels: HashMap<usize, KernelInfo>,
+    kernels: AddrMap<KernelInfo>,
     // After an in-place update: the graph whose nodes hold the current parameters, paired with
     // the exec's nodes in creation order (lazily).
     params_source: Option<Arc<GraphHandle>>,
-    pairing: HashMap<usize, CUgraphNode>,
+    pairing: AddrMap<CUgraphNode>,
     scratch: Vec<Resource>,
     last_stream: RefCell<Option<Arc<StreamInner>>>,
     last_raw: Cell<usize>,
@@ -150,9 +138,15 @@ impl std::fmt::Debug for GraphExec {
     }
 }
 
-fn key(r: &Resource) -> usize {
+/// The address of what `r` shares: the same for an `Arc<T>` and the [`Resource`] made from it.
+fn key<T: ?Sized>(r: &Arc<T>) -> usize {
     Arc::as_ptr(r) as *const () as usize
 }
+
+/// A map keyed by address (of a node or of a kept resource). Addresses are not chosen by an
+/// adversary, so a fast unkeyed hash (Fx) replaces SipHash, which would cost more than the rest
+/// of a rebinding's lookups.
+type AddrMap<V> = HashMap<usize, V, rustc_hash::FxBuildHasher>;
 
 impl Graph {
     /// Instantiates the graph with default options.
@@ -163,18 +157,19 @@ impl Graph {
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`, or `cuGraphInstantiateWithParams`
     /// when it uploads too).
     pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
-        let raw = instantiate_raw(self, options.flags(), options.upload)?;
+        let flags = options.flags();
+        let raw = instantiate_raw(self, flags, options.upload)?;
         Ok(GraphExec {
             raw,
             ctx: self.ctx.clone(),
             graph: self.handle.clone(),
-            flags: options.flags(),
+            flags,
             graph_keep: self.keep.clone(),
-            retained: HashMap::new(),
+            retained: AddrMap::default(),
             functions: self.functions.clone(),
-            kernels: HashMap::new(),
+            kernels: AddrMap::default(),
             params_source: None,
-            pairing: HashMap::new(),
+            pairing: AddrMap::default(),
             scratch: Vec::new(),
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
@@ -203,13 +198,31 @@ fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result
     let r = check("cuGraphInstantiateWithParams", unsafe {
         cuda_sys::cuGraphInstantiateWithParams(&mut raw, graph.raw, &mut p)
     });
-    r.map_err(|e| {
-        e.with_hint(format!(
-            "instantiate result {:?} at node {:?}",
-            p.result_out, p.hErrNode_out
-        ))
-    })?;
+    let (result, node) = (p.result_out, p.hErrNode_out);
+    r.map_err(|e| e.with_hint(format!("instantiate result {result:?} at node {node:?}")))?;
     Ok(raw)
+}
+
+/// The node of `source` paired with the exec's `node` of `ours` (creation order); all nodes are
+/// paired on first use, after each update.
+fn paired(
+    pairing: &mut AddrMap<CUgraphNode>,
+    ours: &GraphHandle,
+    source: &GraphHandle,
+    node: Node,
+) -> Result<CUgraphNode> {
+    if pairing.is_empty() {
+        let nodes = |g: &GraphHandle| {
+            let _guard = g.lock("cuGraphGetNodes")?;
+            nodes_of(g.raw(), g.id)
+        };
+        let (ours, theirs) = (nodes(ours)?, nodes(source)?);
+        pairing.extend(ours.iter().zip(&theirs).map(|(o, t)| (o.key(), t.raw)));
+    }
+    pairing
+        .get(&node.key())
+        .copied()
+        .ok_or_else(|| Error::invalid("cuGraphExecUpdate", "node pairing lost"))
 }
 
 impl GraphExec {
@@ -236,14 +249,9 @@ impl GraphExec {
     }
 
     fn same_context(&self, stream: &Stream, call: &'static str) -> Result<()> {
-        if stream.context().as_raw() == self.ctx.as_raw() {
-            Ok(())
-        } else {
-            Err(Error::invalid(
-                call,
-                "the stream belongs to another context than the graph",
-            ))
-        }
+        let msg = "the stream belongs to another context than the graph";
+        let same = stream.context().as_raw() == self.ctx.as_raw();
+        same.then_some(()).ok_or_else(|| Error::invalid(call, msg))
     }
 
     /// Uploads the exec to the device on `stream`, so the first launch does not pay for it.
@@ -280,69 +288,40 @@ impl GraphExec {
         node.raw_in(self.graph.id, call)
     }
 
-    /// What graph-rt knows of kernel node `node`, read from the graph on first use.
-    fn kernel(&mut self, node: Node, call: &'static str) -> Result<&mut KernelInfo> {
-        if !self.kernels.contains_key(&node.key()) {
-            self.member(node, call)?;
-            let source = match &self.params_source {
-                None => node.raw_in(self.graph.id, call)?,
-                Some(_) => self.paired(node)?,
-            };
-            let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
-            {
-                let _guard = self
-                    .params_source
-                    .as_ref()
-                    .unwrap_or(&self.graph)
-                    .lock("cuGraphKernelNodeGetParams")?;
-                // SAFETY: a node of a graph we keep alive; the driver fills `p`.
-                check("cuGraphKernelNodeGetParams", unsafe {
-                    cuda_sys::cuGraphKernelNodeGetParams(source, &mut p)
-                })
-                .map_err(|_| Error::invalid(call, "not a kernel node"))?;
-            }
-            let function = self.functions.get(&(p.func as usize)).cloned().ok_or_else(|| {
-                Error::invalid(call, "the kernel node runs a function not launched through graph-rt (capture scope or Graph::add_kernel)")
-            })?;
-            let config = LaunchConfig::new(
-                (p.gridDimX, p.gridDimY, p.gridDimZ),
-                (p.blockDimX, p.blockDimY, p.blockDimZ),
-            )
-            .shared_mem(p.sharedMemBytes);
-            self.kernels
-                .insert(node.key(), KernelInfo { function, config });
-        }
-        self.kernels
-            .get_mut(&node.key())
-            .ok_or_else(|| Error::invalid(call, "not a kernel node"))
+    /// Kernel node `node`'s raw handle and what graph-rt knows of it: one lookup once known,
+    /// read from the graph holding its current parameters on first use.
+    fn kernel(&mut self, node: Node, call: &'static str) -> Result<(CUgraphNode, &mut KernelInfo)> {
+        let raw = self.member(node, call)?;
+        let slot = match self.kernels.entry(node.key()) {
+            Entry::Occupied(e) => return Ok((raw, e.into_mut())),
+            Entry::Vacant(v) => v,
+        };
+        let (source, graph) = match &self.params_source {
+            None => (raw, &self.graph),
+            Some(src) => (paired(&mut self.pairing, &self.graph, src, node)?, src),
+        };
+        let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
+        let guard = graph.lock("cuGraphKernelNodeGetParams")?;
+        // SAFETY: a node of a graph we keep alive; the driver fills `p`.
+        check("cuGraphKernelNodeGetParams", unsafe {
+            cuda_sys::cuGraphKernelNodeGetParams(source, &mut p)
+        })
+        .map_err(|_| Error::invalid(call, "not a kernel node"))?;
+        drop(guard);
+        let function = self.functions.get(&(p.func as usize)).cloned().ok_or_else(|| {
+            Error::invalid(call, "the kernel node runs a function not launched through graph-rt (capture scope or Graph::add_kernel)")
+        })?;
+        let config = LaunchConfig::new(
+            (p.gridDimX, p.gridDimY, p.gridDimZ),
+            (p.blockDimX, p.blockDimY, p.blockDimZ),
+        )
+        .shared_mem(p.sharedMemBytes);
+        Ok((raw, slot.insert(KernelInfo { function, config })))
     }
 
-    /// The node of `params_source` paired with the exec's `node` (creation order).
-    fn paired(&mut self, node: Node) -> Result<CUgraphNode> {
-        if self.pairing.is_empty() {
-            let ours = {
-                let _guard = self.graph.lock("cuGraphGetNodes")?;
-                nodes_of(self.graph.raw(), self.graph.id)?
-            };
-            let source = self
-                .params_source
-                .as_ref()
-                .map(Arc::clone)
-                .unwrap_or_else(|| self.graph.clone());
-            let theirs = {
-                let _guard = source.lock("cuGraphGetNodes")?;
-                nodes_of(source.raw(), source.id)?
-            };
-            self.pairing = ours
-                .iter()
-                .zip(&theirs)
-                .map(|(o, t)| (o.key(), t.raw))
-                .collect();
-        }
-        self.pairing
-            .get(&node.key())
-            .copied()
-            .ok_or_else(|| Error::invalid("cuGraphExecUpdate", "node pairing lost"))
+    /// Keeps `r` alive until the exec is dropped; clones it only if it is not kept yet.
+    fn retain<T: Any + Send + Sync>(&mut self, r: &Arc<T>) {
+        self.retained.entry(key(r)).or_insert_with(|| r.clone());
     }
 
     /// Rebinds a kernel node's arguments, keeping its launch configuration. The arguments are
@@ -352,9 +331,8 @@ impl GraphExec {
     /// # Safety
     /// As [`Stream::launch`], for every later replay.
     pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: Node, args: A) -> Result<()> {
-        let config = self.kernel(node, "cuGraphExecKernelNodeSetParams")?.config;
         // SAFETY: forwarded.
-        unsafe { self.set_kernel_node(node, &config, args) }
+        unsafe { self.rebind(node, None, args) }
     }
 
     /// Rebinds a kernel node's arguments and grid, block and dynamic shared memory (launch
@@ -368,23 +346,40 @@ impl GraphExec {
         config: &LaunchConfig,
         args: A,
     ) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.rebind(node, Some(config), args) }
+    }
+
+    /// Rebinds kernel node `node` to `args` and `config` (else its current one): one lookup of
+    /// the node, then one per resource the arguments use (kept unless already kept).
+    ///
+    /// # Safety
+    /// As [`Stream::launch`], for every later replay.
+    unsafe fn rebind<A: KernelArgs>(
+        &mut self,
+        node: Node,
+        config: Option<&LaunchConfig>,
+        args: A,
+    ) -> Result<()> {
         const CALL: &str = "cuGraphExecKernelNodeSetParams";
-        let raw = self.raw;
-        let node_raw = self.member(node, CALL)?;
-        let info = self.kernel(node, CALL)?;
+        let exec = self.raw;
+        let (node_raw, info) = self.kernel(node, CALL)?;
         let layout = info.function.param_layout()?;
+        let c = config.unwrap_or(&info.config);
         args.with_params(|params, sizes| {
             check_layout(&info.function, layout, sizes, CALL)?;
-            let p = kernel_params(&info.function, config, params.as_mut_ptr());
+            let p = kernel_params(&info.function, c, params.as_mut_ptr());
             // SAFETY: a kernel node of this exec; parameter values alive for the call (the
             // driver copies them).
             check(CALL, unsafe {
-                cuda_sys::cuGraphExecKernelNodeSetParams(raw, node_raw, &p)
+                cuda_sys::cuGraphExecKernelNodeSetParams(exec, node_raw, &p)
             })
         })?;
-        info.config.grid = config.grid;
-        info.config.block = config.block;
-        info.config.shared_mem_bytes = config.shared_mem_bytes;
+        if let Some(c) = config {
+            (info.config.grid, info.config.block) = (c.grid, c.block);
+            info.config.shared_mem_bytes = c.shared_mem_bytes;
+        }
+        // `retain` hands out clones: those of resources already kept are dropped here.
         args.retain(&mut self.scratch);
         for r in self.scratch.drain(..) {
             self.retained.entry(key(&r)).or_insert(r);
@@ -421,12 +416,8 @@ impl GraphExec {
         check("cuGraphExecMemcpyNodeSetParams", unsafe {
             cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
-        for r in [
-            dst.allocation().clone() as Resource,
-            src.allocation().clone(),
-        ] {
-            self.retained.entry(key(&r)).or_insert(r);
-        }
+        self.retain(dst.allocation());
+        self.retain(src.allocation());
         Ok(())
     }
 
@@ -444,8 +435,7 @@ impl GraphExec {
         check("cuGraphExecMemsetNodeSetParams", unsafe {
             cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
-        let r: Resource = dst.allocation().clone();
-        self.retained.entry(key(&r)).or_insert(r);
+        self.retain(dst.allocation());
         Ok(())
     }
 
@@ -457,15 +447,11 @@ impl GraphExec {
             node: None,
             from_node: None,
         };
-        self.ctx
-            .bind()
-            .map_err(|_| fail(UpdateFailureKind::Error))?;
+        let error = |_: Error| fail(UpdateFailureKind::Error);
+        self.ctx.bind().map_err(error)?;
         let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
         let r = {
-            let _guard = graph
-                .handle
-                .lock("cuGraphExecUpdate")
-                .map_err(|_| fail(UpdateFailureKind::Error))?;
+            let _guard = graph.handle.lock("cuGraphExecUpdate").map_err(error)?;
             // SAFETY: valid exec, graph and out-pointer.
             unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
         };
@@ -526,9 +512,7 @@ impl GraphExec {
             }
         }
     }
-}
 
-impl GraphExec {
     /// Waits for the last launch of this exec (launches of one exec run in order).
     fn wait_last_launch(&mut self) -> Result<()> {
         if let Some(stream) = self.last_stream.get_mut().take() {
@@ -545,19 +529,16 @@ impl GraphExec {
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        let inner = self.ctx.inner.clone();
         if let Err(e) = self.wait_last_launch() {
             // A launch may still use what the exec keeps: leak it rather than free it under the
             // device's feet.
-            inner.record(Err(e));
+            self.ctx.inner.record(Err(e));
             std::mem::forget(std::mem::take(&mut self.retained));
-            std::mem::forget(std::mem::replace(
-                &mut self.graph_keep,
-                Arc::new(Vec::new()),
-            ));
+            std::mem::forget(self.graph_keep.clone());
             std::mem::forget(std::mem::take(&mut self.functions));
             std::mem::forget(std::mem::take(&mut self.kernels));
         }
+        let inner = &self.ctx.inner;
         // SAFETY: we own the exec.
         let r = inner.bind().and_then(|_| {
             check("cuGraphExecDestroy", unsafe {

@@ -21,7 +21,7 @@ use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
 use crate::module::Function;
 pub(crate) use crate::node::{copy_params, kernel_params, memset_params};
-pub use crate::node::{Node, NodeKind};
+pub use crate::node::{Edge, EdgeKind, Node, NodeKind};
 
 /// What graph-rt knows of a kernel node of an exec: its function and current configuration.
 #[derive(Clone)]
@@ -447,35 +447,37 @@ impl Graph {
         nodes_of(self.raw, self.handle.id)
     }
 
-    /// Every edge `(from, to)`.
-    pub fn edges(&self) -> Result<Vec<(Node, Node)>> {
+    /// Every edge, with how its target depends on its source (`cuGraphGetEdges_v2`).
+    pub fn edges(&self) -> Result<Vec<Edge>> {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock("cuGraphGetEdges")?;
+        use std::ptr::null_mut as null;
         let mut n = 0;
         // SAFETY: null arrays ask for the count.
         check("cuGraphGetEdges", unsafe {
-            cuda_sys::cuGraphGetEdges(self.raw, std::ptr::null_mut(), std::ptr::null_mut(), &mut n)
+            cuda_sys::cuGraphGetEdges_v2(self.raw, null(), null(), null(), &mut n)
         })?;
-        let (mut from, mut to) = (vec![std::ptr::null_mut(); n], vec![std::ptr::null_mut(); n]);
-        // SAFETY: both arrays hold n entries.
+        let (mut from, mut to) = (vec![null(); n], vec![null(); n]);
+        let mut data = vec![cuda_sys::CUgraphEdgeData::default(); n];
+        // SAFETY: the three arrays hold n entries each.
         check("cuGraphGetEdges", unsafe {
-            cuda_sys::cuGraphGetEdges(self.raw, from.as_mut_ptr(), to.as_mut_ptr(), &mut n)
+            cuda_sys::cuGraphGetEdges_v2(
+                self.raw,
+                from.as_mut_ptr(),
+                to.as_mut_ptr(),
+                data.as_mut_ptr(),
+                &mut n,
+            )
         })?;
-        Ok(from
-            .into_iter()
-            .zip(to)
-            .take(n)
-            .map(|(f, t)| {
-                (
-                    Node {
-                        raw: f,
-                        graph: self.handle.id,
-                    },
-                    Node {
-                        raw: t,
-                        graph: self.handle.id,
-                    },
-                )
+        let graph = self.handle.id;
+        Ok((0..n.min(from.len()))
+            .map(|i| Edge {
+                from: Node {
+                    raw: from[i],
+                    graph,
+                },
+                to: Node { raw: to[i], graph },
+                kind: data[i].into(),
             })
             .collect())
     }

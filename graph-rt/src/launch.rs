@@ -132,6 +132,26 @@ impl LaunchConfig {
         self.attribute(a)
     }
 
+    /// Allows programmatic dependent launch (compute capability 9.0+;
+    /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`): this kernel may be scheduled
+    /// before the previous kernel on the stream has finished, once every block of that kernel has
+    /// executed `griddepcontrol.launch_dependents` or exited. Captured, such launches become
+    /// [`EdgeKind::Programmatic`](crate::EdgeKind::Programmatic) graph edges, and a replayed chain
+    /// hides most of each kernel-to-kernel gap.
+    ///
+    /// The kernel must execute `griddepcontrol.wait` (CUDA C: `cudaGridDependencySynchronize()`)
+    /// before it reads anything the previous kernel writes, or it races with it: launches are
+    /// `unsafe`, and this is part of their contract. `graph_rt::kernels::CHAIN_PDL` is such a
+    /// kernel.
+    pub fn programmatic_stream_serialization(self) -> Result<Self> {
+        let mut a = CUlaunchAttribute {
+            id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            ..Default::default()
+        };
+        a.value.programmaticStreamSerializationAllowed = 1;
+        self.attribute(a)
+    }
+
     /// Adds a raw launch attribute (at most four per launch).
     pub fn attribute(mut self, attribute: CUlaunchAttribute) -> Result<Self> {
         if self.n_attrs == MAX_ATTRS {

@@ -44,7 +44,7 @@ pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use error::{check, Error, Result};
 pub use event::{Event, EventFlags};
 pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
-pub use graph::{Graph, GraphAllocation, Node, NodeKind};
+pub use graph::{Edge, EdgeKind, Graph, GraphAllocation, Node, NodeKind};
 pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Launcher, Resource};
 pub use memory::{DeviceBuffer, PinnedHostBuffer};
 pub use module::{Function, Module, ParamInfo};

@@ -91,6 +91,62 @@ impl From<CUgraphNodeType> for NodeKind {
     }
 }
 
+/// An edge of a graph: `to` depends on `from`, in the way `kind` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Edge {
+    /// The node depended on.
+    pub from: Node,
+    /// The dependent node.
+    pub to: Node,
+    /// How `to` depends on `from`.
+    pub kind: EdgeKind,
+}
+
+/// How a node depends on another (`CUgraphEdgeData`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EdgeKind {
+    /// `to` starts after `from` completed and its writes are visible.
+    Full,
+    /// Programmatic dependent launch between two kernel nodes (what a capture of launches
+    /// configured with `LaunchConfig::programmatic_stream_serialization` makes): the kernel
+    /// `to` may be scheduled once every block of `from` has triggered
+    /// (`griddepcontrol.launch_dependents`) or exited, and must itself wait
+    /// (`griddepcontrol.wait`) before it reads what `from` wrote.
+    Programmatic,
+    /// Kernel `to` may be scheduled once kernel `from` has been (launch-order edge).
+    LaunchOrder,
+    /// An edge this version does not name: the raw ports and dependency type.
+    Other {
+        /// `from_port`.
+        from_port: u8,
+        /// `to_port`.
+        to_port: u8,
+        /// `type` (`CUgraphDependencyType`).
+        dependency_type: u8,
+    },
+}
+
+impl From<cuda_sys::CUgraphEdgeData> for EdgeKind {
+    fn from(d: cuda_sys::CUgraphEdgeData) -> Self {
+        use cuda_sys::CUgraphDependencyType as T;
+        let programmatic = T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0 as u8;
+        match (d.from_port as u32, d.to_port, d.type_) {
+            (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT, 0, 0) => EdgeKind::Full,
+            (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, 0, t) if t == programmatic => {
+                EdgeKind::Programmatic
+            }
+            (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER, 0, t) if t == programmatic => {
+                EdgeKind::LaunchOrder
+            }
+            _ => EdgeKind::Other {
+                from_port: d.from_port,
+                to_port: d.to_port,
+                dependency_type: d.type_,
+            },
+        }
+    }
+}
+
 pub(crate) fn kernel_params(
     f: &Function,
     c: &LaunchConfig,
@@ -146,4 +202,46 @@ pub(crate) fn memset_params<T: Pod>(
         width: dst.num_bytes() / 4,
         height: 1,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cuda_sys::CUgraphEdgeData;
+
+    fn data(from_port: u32, dependency_type: u32) -> CUgraphEdgeData {
+        CUgraphEdgeData {
+            from_port: from_port as u8,
+            type_: dependency_type as u8,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn edge_kinds_from_edge_data() {
+        let programmatic = cuda_sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0;
+        assert_eq!(EdgeKind::from(data(0, 0)), EdgeKind::Full);
+        assert_eq!(
+            EdgeKind::from(data(
+                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+                programmatic
+            )),
+            EdgeKind::Programmatic
+        );
+        assert_eq!(
+            EdgeKind::from(data(
+                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER,
+                programmatic
+            )),
+            EdgeKind::LaunchOrder
+        );
+        assert_eq!(
+            EdgeKind::from(data(7, 3)),
+            EdgeKind::Other {
+                from_port: 7,
+                to_port: 0,
+                dependency_type: 3
+            }
+        );
+    }
 }

@@ -3,9 +3,10 @@
 //! The CUDA C sources live in `kernels/cuda/`; `kernels/compile.py` compiles
 //! them with NVRTC 12.4 (`--gpu-architecture=compute_70 --std=c++17`) into
 //! `kernels/ptx/`, which is checked in and embedded here with `include_str!`.
-//! The PTX uses ISA version 8.4 and targets `sm_70`, so any driver supporting
-//! CUDA 12.4 or newer can JIT it for any GPU of compute capability 7.0 or
-//! newer. No CUDA toolkit is needed to build this crate.
+//! The PTX uses ISA version 8.4, so any driver supporting CUDA 12.4 or newer
+//! can JIT it. It targets `sm_70` (any GPU of compute capability 7.0 or newer)
+//! except where a kernel's [`Kernel::min_compute_capability`] says otherwise
+//! ([`CHAIN_PDL`] needs 9.0). No CUDA toolkit is needed to build this crate.
 //!
 //! All kernels operate on `f32` and take device pointers.
 
@@ -18,6 +19,9 @@ pub struct Kernel {
     pub ptx: &'static str,
     /// Names of the `extern "C" __global__` functions the module exports.
     pub entry_points: &'static [&'static str],
+    /// The oldest GPU (major, minor compute capability) the PTX can be loaded on: its
+    /// `.target`. Loading it on an older GPU fails in `cuModuleLoadData`.
+    pub min_compute_capability: (u32, u32),
 }
 
 /// `chain.cu`: the workload of the kernel-chain benchmark.
@@ -33,6 +37,24 @@ pub const CHAIN: Kernel = Kernel {
     name: "chain",
     ptx: include_str!("../ptx/chain.ptx"),
     entry_points: &["add1"],
+    min_compute_capability: (7, 0),
+};
+
+/// `chain_pdl.cu`: [`CHAIN`]'s `add1` for programmatic dependent launch (compute capability
+/// 9.0+).
+///
+/// Same signature and result as [`CHAIN`]. The kernel first allows its dependents to be
+/// scheduled (`griddepcontrol.launch_dependents`), then waits until the grids it depends on have
+/// completed and their writes are visible (`griddepcontrol.wait`), and only then reads `x`. Launch
+/// it with `LaunchConfig::programmatic_stream_serialization`, eagerly or in a capture (which then
+/// makes programmatic graph edges), and the next kernel of a chain is scheduled while this one
+/// still runs, hiding most of the kernel-to-kernel gap. Without the attribute it behaves exactly
+/// as [`CHAIN`].
+pub const CHAIN_PDL: Kernel = Kernel {
+    name: "chain_pdl",
+    ptx: include_str!("../ptx/chain_pdl.ptx"),
+    entry_points: &["add1"],
+    min_compute_capability: (9, 0),
 };
 
 /// `axpy.cu`.
@@ -47,6 +69,7 @@ pub const AXPY: Kernel = Kernel {
     name: "axpy",
     ptx: include_str!("../ptx/axpy.ptx"),
     entry_points: &["axpy_f32"],
+    min_compute_capability: (7, 0),
 };
 
 /// `reduce.cu`: per-block partial sums.
@@ -63,6 +86,7 @@ pub const REDUCE: Kernel = Kernel {
     name: "reduce",
     ptx: include_str!("../ptx/reduce.ptx"),
     entry_points: &["block_sum_f32"],
+    min_compute_capability: (7, 0),
 };
 
 /// `rmsnorm.cu`: RMS normalisation of each row of a row-major matrix.
@@ -80,10 +104,11 @@ pub const RMSNORM: Kernel = Kernel {
     name: "rmsnorm",
     ptx: include_str!("../ptx/rmsnorm.ptx"),
     entry_points: &["rmsnorm_f32"],
+    min_compute_capability: (7, 0),
 };
 
 /// Every kernel module in this crate.
-pub const ALL: &[Kernel] = &[CHAIN, AXPY, REDUCE, RMSNORM];
+pub const ALL: &[Kernel] = &[CHAIN, CHAIN_PDL, AXPY, REDUCE, RMSNORM];
 
 #[cfg(test)]
 mod tests {
@@ -102,7 +127,9 @@ mod tests {
                 "{}: not PTX ISA 8.4",
                 k.name
             );
-            assert!(has_line(k.ptx, ".target sm_70"), "{}: not sm_70", k.name);
+            let (major, minor) = k.min_compute_capability;
+            let target = format!(".target sm_{major}{minor}");
+            assert!(has_line(k.ptx, &target), "{}: not {target}", k.name);
             assert!(
                 has_line(k.ptx, ".address_size 64"),
                 "{}: not 64-bit",

@@ -10,7 +10,13 @@ const NAN: u32 = 0x7fc0_0000;
 #[ignore = "needs a CUDA GPU"]
 fn every_shipped_kernel_loads() {
     let ctx = ctx();
+    let cc = ctx.device().compute_capability().unwrap();
     for k in graph_rt_kernels::ALL {
+        let (major, minor) = k.min_compute_capability;
+        if cc < (major as i32, minor as i32) {
+            assert!(Module::from_ptx(&ctx, k.ptx).is_err(), "{}: loaded on {cc:?}", k.name);
+            continue;
+        }
         let m = Module::from_ptx(&ctx, k.ptx).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         for name in k.entry_points {
             let f = m.function(name).unwrap();

@@ -6,6 +6,7 @@ mod cudarc;
 mod graphs;
 mod kernels;
 mod memory;
+mod programmatic;
 mod runtime;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

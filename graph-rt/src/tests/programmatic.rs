@@ -1,0 +1,149 @@
+//! Programmatic dependent launch: eager launches and captured chains of the `CHAIN_PDL` kernel,
+//! the programmatic edges a capture makes, and rebinding such nodes.
+
+use super::{assert_close, capturing_ctx, random_f32};
+use crate::{
+    CaptureMode, Context, DeviceBuffer, EdgeKind, ExecUpdate, Function, Graph, LaunchConfig,
+    Module, Stream,
+};
+
+const N: usize = 4096;
+
+/// `CHAIN_PDL`'s `add1`, or `None` (after saying so) on a GPU older than compute capability 9.0.
+fn add1_pdl(ctx: &Context) -> Option<Function> {
+    let cc = ctx.device().compute_capability().unwrap();
+    let (major, minor) = graph_rt_kernels::CHAIN_PDL.min_compute_capability;
+    if cc < (major as i32, minor as i32) {
+        eprintln!("skipped: programmatic dependent launch needs compute capability 9.0, this GPU is {cc:?}");
+        return None;
+    }
+    let module = Module::from_ptx(ctx, graph_rt_kernels::CHAIN_PDL.ptx).unwrap();
+    Some(module.function("add1").unwrap())
+}
+
+fn config() -> LaunchConfig {
+    LaunchConfig::for_elements(N, 256)
+        .programmatic_stream_serialization()
+        .unwrap()
+}
+
+fn buffers(ctx: &Context, count: usize) -> Vec<DeviceBuffer<f32>> {
+    (0..count)
+        .map(|_| DeviceBuffer::alloc(ctx, N).unwrap())
+        .collect()
+}
+
+/// Captures `add1` from `bufs[k]` to `bufs[k + 1]` for every k, each launch programmatic.
+fn capture_chain(stream: &Stream, f: &Function, bufs: &[DeviceBuffer<f32>]) -> Graph {
+    let cfg = config();
+    stream
+        .capture(CaptureMode::Global, |s| {
+            for k in 0..bufs.len() - 1 {
+                // SAFETY: add1 touches N elements of two distinct N-element buffers, and waits
+                // (griddepcontrol.wait) before reading what the previous kernel wrote.
+                unsafe { s.launch(f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
+            }
+            Ok(())
+        })
+        .unwrap()
+}
+
+/// Writes fresh random floats into `bufs[0]`, poisons the output, runs `run`, and checks that
+/// the last buffer holds the input plus the chain's length.
+fn check_on_fresh_input(bufs: &mut [DeviceBuffer<f32>], run: impl FnOnce(&[DeviceBuffer<f32>])) {
+    let x = random_f32(N);
+    bufs[0].copy_from_host(&x).unwrap();
+    let last = bufs.len() - 1;
+    bufs[last].copy_from_host(&vec![f32::NAN; N]).unwrap();
+    run(bufs);
+    let want: Vec<f64> = x.iter().map(|&v| v as f64 + last as f64).collect();
+    assert_close(&bufs[last].to_vec().unwrap(), &want, 1e-6);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn programmatic_chain_runs_eagerly_and_replays_with_programmatic_edges() {
+    let ctx = capturing_ctx();
+    let Some(f) = add1_pdl(&ctx) else { return };
+    let stream = Stream::new(&ctx).unwrap();
+    let mut bufs = buffers(&ctx, 1001);
+    let cfg = config();
+    check_on_fresh_input(&mut bufs, |bufs| {
+        for k in 0..bufs.len() - 1 {
+            // SAFETY: as in capture_chain.
+            unsafe { stream.launch(&f, &cfg, (&bufs[k], &bufs[k + 1], N as i32)) }.unwrap();
+        }
+        stream.synchronize().unwrap();
+    });
+
+    let graph = capture_chain(&stream, &f, &bufs);
+    let edges = graph.edges().unwrap();
+    assert_eq!(edges.len(), 999);
+    assert!(
+        edges.iter().all(|e| e.kind == EdgeKind::Programmatic),
+        "a capture of programmatic launches made {:?}",
+        edges.iter().find(|e| e.kind != EdgeKind::Programmatic)
+    );
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..50 {
+        check_on_fresh_input(&mut bufs, |_| {
+            exec.launch(&stream).unwrap();
+            stream.synchronize().unwrap();
+        });
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn programmatic_nodes_rebind_by_node_update_and_exec_update() {
+    let ctx = capturing_ctx();
+    let Some(f) = add1_pdl(&ctx) else { return };
+    let stream = Stream::new(&ctx).unwrap();
+    let mut sets = [buffers(&ctx, 201), buffers(&ctx, 201)];
+    let graph = capture_chain(&stream, &f, &sets[0]);
+    let nodes = graph.nodes().unwrap();
+    let mut exec = graph.instantiate().unwrap();
+    for i in 0..6 {
+        check_on_fresh_input(&mut sets[i % 2], |set| {
+            for (k, node) in nodes.iter().enumerate() {
+                // SAFETY: as in capture_chain.
+                unsafe { exec.set_kernel_args(*node, (&set[k], &set[k + 1], N as i32)) }.unwrap();
+            }
+            exec.launch(&stream).unwrap();
+            stream.synchronize().unwrap();
+        });
+    }
+    for i in 0..4 {
+        let g = capture_chain(&stream, &f, &sets[i % 2]);
+        assert_eq!(exec.update(&g).unwrap(), ExecUpdate::Updated);
+        check_on_fresh_input(&mut sets[i % 2], |_| {
+            exec.launch(&stream).unwrap();
+            stream.synchronize().unwrap();
+        });
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn plain_capture_makes_full_edges() {
+    let ctx = capturing_ctx();
+    let f = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)
+        .unwrap()
+        .function("add1")
+        .unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let bufs = buffers(&ctx, 4);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            for k in 0..3 {
+                // SAFETY: add1 touches N elements of two distinct N-element buffers.
+                unsafe { s.launch(&f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
+            }
+            Ok(())
+        })
+        .unwrap();
+    let edges = graph.edges().unwrap();
+    assert_eq!(edges.len(), 2);
+    assert!(edges.iter().all(|e| e.kind == EdgeKind::Full));
+}
