@@ -4,7 +4,9 @@
 //!
 //! Cases: eager launches; graph replay without rebinding (the floor); rebinding by per-node
 //! parameter update; rebinding by re-capture + exec update; and the host cost of capture +
-//! instantiate through graph-rt vs the raw driver calls. Prints a table of medians and ratios.
+//! instantiate through graph-rt vs the raw driver calls. Criterion measures each case with an
+//! untimed run of the case it is compared with before each timed run; the table printed last
+//! gives medians of interleaved rounds and their ratios to the replay floor.
 //!
 //! On compute capability 9.0+ it also measures eager launches and replay of the same chain built
 //! from `kernels::CHAIN_PDL` launched with programmatic dependent launch (captured as
@@ -16,10 +18,12 @@
 
 mod common;
 
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
-use criterion::Criterion;
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion};
 use graph_rt::sys;
 use graph_rt::{
     CaptureMode, Context, DeviceBuffer, Event, EventFlags, ExecUpdate, Function, Graph,
@@ -29,13 +33,28 @@ use graph_rt::{
 const ELEMS: usize = 4096;
 const SIZES: [usize; 4] = [10, 50, 200, 1000];
 
-/// Runs `body` `iters` times and returns the total time.
-fn timed(iters: u64, mut body: impl FnMut(u64)) -> Duration {
-    let t = Instant::now();
-    for i in 0..iters {
-        body(i);
-    }
-    t.elapsed()
+/// Registers `case` with criterion. Each timed iteration follows an untimed iteration of
+/// `partner` (the case it is compared with), so that criterion measures both in the same
+/// conditions, as the interleaved table does; measured alone one after the other, cases that
+/// build and destroy graphs drift far apart.
+fn pair(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    name: &str,
+    case: &dyn Fn(u64),
+    partner: &dyn Fn(u64),
+) {
+    group.bench_function(name, |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for i in 0..iters {
+                partner(i);
+                let t = Instant::now();
+                case(i);
+                total += t.elapsed();
+            }
+            total
+        })
+    });
 }
 
 /// Runs `body` once and returns its time in µs.
@@ -157,96 +176,76 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
             .warm_up_time(Duration::from_millis(500))
             .measurement_time(Duration::from_secs(2));
 
-        group.bench_function("eager", |b| {
-            b.iter_custom(|iters| {
-                timed(iters, |i| {
-                    eager(&stream, &f, &cfg, &chain.sets[(i % 2) as usize]);
-                    sync();
-                })
-            })
-        });
-
         let graph = chain.capture(&stream, &f, 0);
         let nodes = graph.nodes().expect("nodes");
-        let mut exec = graph.instantiate().expect("instantiate");
-        group.bench_function("replay", |b| {
-            b.iter_custom(|iters| {
-                timed(iters, |_| {
-                    exec.launch(&stream).expect("launch");
-                    sync();
-                })
-            })
-        });
-
-        group.bench_function("node_update", |b| {
-            b.iter_custom(|iters| {
-                timed(iters, |i| {
-                    let set = &chain.sets[(i % 2) as usize];
-                    for (k, node) in nodes.iter().enumerate() {
-                        // SAFETY: as in Chain::capture.
-                        unsafe {
-                            exec.set_kernel_args(*node, (&set[k], &set[k + 1], ELEMS as i32))
-                                .expect("update")
-                        };
-                    }
-                    exec.launch(&stream).expect("launch");
-                    sync();
-                })
-            })
-        });
-
-        group.bench_function("recapture_update", |b| {
-            b.iter_custom(|iters| {
-                timed(iters, |i| {
-                    let g = chain.capture(&stream, &f, (i % 2) as usize);
-                    assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
-                    exec.launch(&stream).expect("launch");
-                    sync();
-                })
-            })
-        });
+        let exec = RefCell::new(graph.instantiate().expect("instantiate"));
+        let set = |i: u64| &chain.sets[(i % 2) as usize];
+        let eager_case = |i| {
+            eager(&stream, &f, &cfg, set(i));
+            sync();
+        };
+        let replay_case = |_| {
+            exec.borrow().launch(&stream).expect("launch");
+            sync();
+        };
+        let node_update = |i| {
+            let set = set(i);
+            let mut exec = exec.borrow_mut();
+            for (k, node) in nodes.iter().enumerate() {
+                // SAFETY: as in Chain::capture.
+                unsafe {
+                    exec.set_kernel_args(*node, (&set[k], &set[k + 1], ELEMS as i32))
+                        .expect("update")
+                };
+            }
+            exec.launch(&stream).expect("launch");
+            sync();
+        };
+        let recapture = |i| {
+            let g = chain.capture(&stream, &f, (i % 2) as usize);
+            let mut exec = exec.borrow_mut();
+            assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
+            exec.launch(&stream).expect("launch");
+            sync();
+        };
+        let ptrs: Vec<u64> = chain.sets[0].iter().map(|b| b.as_raw()).collect();
+        let capture = |_| {
+            drop(
+                chain
+                    .capture(&stream, &f, 0)
+                    .instantiate()
+                    .expect("instantiate"),
+            )
+        };
+        let capture_raw = |_| raw_capture_instantiate(&stream, &f, &cfg, &ptrs);
+        pair(&mut group, "eager", &eager_case, &replay_case);
+        pair(&mut group, "replay", &replay_case, &eager_case);
+        pair(&mut group, "node_update", &node_update, &recapture);
+        pair(&mut group, "recapture_update", &recapture, &node_update);
+        pair(&mut group, "capture_instantiate", &capture, &capture_raw);
+        pair(
+            &mut group,
+            "capture_instantiate_raw",
+            &capture_raw,
+            &capture,
+        );
         drop(exec);
         drop(graph);
-
-        group.bench_function("capture_instantiate", |b| {
-            b.iter_custom(|iters| {
-                timed(iters, |_| {
-                    let g = chain.capture(&stream, &f, 0);
-                    let e = g.instantiate().expect("instantiate");
-                    drop(e);
-                    drop(g);
-                })
-            })
-        });
-
-        let set = &chain.sets[0];
-        let ptrs: Vec<u64> = set.iter().map(|b| b.as_raw()).collect();
-        group.bench_function("capture_instantiate_raw", |b| {
-            b.iter_custom(|iters| {
-                timed(iters, |_| raw_capture_instantiate(&stream, &f, &cfg, &ptrs))
-            })
-        });
         if let Some((pf, pcfg)) = &pdl {
-            group.bench_function("eager_pdl", |b| {
-                b.iter_custom(|iters| {
-                    timed(iters, |i| {
-                        eager(&stream, pf, pcfg, &chain.sets[(i % 2) as usize]);
-                        sync();
-                    })
-                })
-            });
             let exec = chain
                 .capture_with(&stream, pf, pcfg, 0)
                 .instantiate()
                 .expect("instantiate");
-            group.bench_function("replay_pdl", |b| {
-                b.iter_custom(|iters| {
-                    timed(iters, |_| {
-                        exec.launch(&stream).expect("launch");
-                        sync();
-                    })
-                })
-            });
+            let eager_case = |i| {
+                eager(&stream, pf, pcfg, set(i));
+                sync();
+            };
+            let replay_case = |_| {
+                exec.launch(&stream).expect("launch");
+                sync();
+            };
+            pair(&mut group, "eager_pdl", &eager_case, &replay_case);
+            pair(&mut group, "replay_pdl", &replay_case, &eager_case);
         }
         group.finish();
         rows.push(interleaved_row(
@@ -271,8 +270,8 @@ fn interleaved_row(
     let sync = || stream.synchronize().expect("sync");
     let graph = chain.capture(stream, f, 0);
     let nodes = graph.nodes().expect("nodes");
-    let exec = std::cell::RefCell::new(graph.instantiate().expect("instantiate"));
-    let turn = std::cell::Cell::new(0usize);
+    let exec = RefCell::new(graph.instantiate().expect("instantiate"));
+    let turn = Cell::new(0usize);
     let next = || {
         turn.set(turn.get() + 1);
         turn.get() % 2

@@ -3,8 +3,10 @@
 //!
 //! Each sample times a batch of launches on the host and synchronizes outside the timed region,
 //! so it measures what the host pays per launch, not the kernel. Criterion measures each variant
-//! in turn; the table printed last measures them in interleaved rounds, whose ratios are immune
-//! to drift over the run: those are the figures to quote.
+//! in turn, but before each timed batch it runs an untimed batch of each other variant, so every
+//! variant is measured in the conditions of the others (measured one after the other alone, their
+//! medians drift by ±20% between variants). The table printed last measures them in interleaved
+//! rounds: ratios from the same rounds, immune to drift over the run.
 //!
 //! ```text
 //! cargo bench --bench launch
@@ -26,10 +28,29 @@ const BATCH: u64 = 256;
 /// Times `iters` launches in batches of BATCH, synchronizing (untimed) before each batch so the
 /// launch queue never fills.
 fn time_batches(iters: u64, sync: &dyn Fn(), launch: &mut dyn FnMut()) -> Duration {
+    time_batches_among(iters, sync, launch, &mut [])
+}
+
+/// Another variant, run untimed between timed batches: its synchronize and its launch.
+type Other<'a, 'b> = (&'a dyn Fn(), &'a mut (dyn FnMut() + 'b));
+
+/// As [`time_batches`], with a batch of each of `others` run untimed before each timed batch.
+fn time_batches_among(
+    iters: u64,
+    sync: &dyn Fn(),
+    launch: &mut dyn FnMut(),
+    others: &mut [Other<'_, '_>],
+) -> Duration {
     let mut total = Duration::ZERO;
     let mut left = iters;
     while left > 0 {
         let k = left.min(BATCH);
+        for (other_sync, other) in others.iter_mut() {
+            other_sync();
+            for _ in 0..k {
+                other();
+            }
+        }
         sync();
         let t = Instant::now();
         for _ in 0..k {
@@ -121,13 +142,23 @@ fn main() {
             .warm_up_time(Duration::from_secs(1))
             .measurement_time(Duration::from_secs(3));
         group.bench_function("graph_rt_typed", |b| {
-            b.iter_custom(|iters| time_batches(iters, &sync, &mut typed))
+            b.iter_custom(|iters| {
+                let others: &mut [Other] = &mut [(&sync, &mut raw), (&cu_sync, &mut cudarc_launch)];
+                time_batches_among(iters, &sync, &mut typed, others)
+            })
         });
         group.bench_function("raw_cuLaunchKernel", |b| {
-            b.iter_custom(|iters| time_batches(iters, &sync, &mut raw))
+            b.iter_custom(|iters| {
+                let others: &mut [Other] =
+                    &mut [(&cu_sync, &mut cudarc_launch), (&sync, &mut typed)];
+                time_batches_among(iters, &sync, &mut raw, others)
+            })
         });
         group.bench_function("cudarc_launch_builder", |b| {
-            b.iter_custom(|iters| time_batches(iters, &cu_sync, &mut cudarc_launch))
+            b.iter_custom(|iters| {
+                let others: &mut [Other] = &mut [(&sync, &mut typed), (&sync, &mut raw)];
+                time_batches_among(iters, &cu_sync, &mut cudarc_launch, others)
+            })
         });
         group.finish();
     }

@@ -14,7 +14,11 @@ fn every_shipped_kernel_loads() {
     for k in graph_rt_kernels::ALL {
         let (major, minor) = k.min_compute_capability;
         if cc < (major as i32, minor as i32) {
-            assert!(Module::from_ptx(&ctx, k.ptx).is_err(), "{}: loaded on {cc:?}", k.name);
+            assert!(
+                Module::from_ptx(&ctx, k.ptx).is_err(),
+                "{}: loaded on {cc:?}",
+                k.name
+            );
             continue;
         }
         let m = Module::from_ptx(&ctx, k.ptx).unwrap_or_else(|e| panic!("{}: {e}", k.name));
