@@ -243,7 +243,10 @@ impl GraphExec {
         self.raw
     }
 
-    /// How many distinct resources the exec keeps alive.
+    /// How many references to resources the exec holds: one per use by the graph it was made
+    /// from (a buffer two nodes use counts twice) plus one per distinct resource added by
+    /// rebinding or updates since (which may also be in the graph's list). An upper bound on the
+    /// number of distinct resources; it only grows until the exec is dropped.
     pub fn retained_count(&self) -> usize {
         self.graph_keep.len() + self.retained.len()
     }

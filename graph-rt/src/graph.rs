@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
+use cuda_sys::{CUevent, CUgraph, CUgraphNode, CUgraphNodeType};
 
 use crate::context::Context;
 use crate::error::{check, Error, Result};
@@ -334,22 +334,33 @@ impl Graph {
 
     /// Adds a node that records `event`.
     pub fn add_event_record(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let raw = event.as_raw();
-        // SAFETY: the event is valid and kept alive below.
-        let node = self.add_node("cuGraphAddEventRecordNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddEventRecordNode(n, g, d, len, raw)
-        })?;
-        self.kept().push(event.resource());
-        Ok(node)
+        let add = cuda_sys::cuGraphAddEventRecordNode;
+        self.add_event_node("cuGraphAddEventRecordNode", deps, event, add)
     }
 
     /// Adds a node that waits for `event`.
     pub fn add_event_wait(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
+        let add = cuda_sys::cuGraphAddEventWaitNode;
+        self.add_event_node("cuGraphAddEventWaitNode", deps, event, add)
+    }
+
+    /// Adds an event node through `add` (record or wait), keeping the event alive.
+    fn add_event_node(
+        &mut self,
+        call: &'static str,
+        deps: &[Node],
+        event: &Event,
+        add: unsafe fn(
+            *mut CUgraphNode,
+            CUgraph,
+            *const CUgraphNode,
+            usize,
+            CUevent,
+        ) -> DriverResult,
+    ) -> Result<Node> {
         let raw = event.as_raw();
         // SAFETY: the event is valid and kept alive below.
-        let node = self.add_node("cuGraphAddEventWaitNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddEventWaitNode(n, g, d, len, raw)
-        })?;
+        let node = self.add_node(call, deps, |n, g, d, len| unsafe { add(n, g, d, len, raw) })?;
         self.kept().push(event.resource());
         Ok(node)
     }

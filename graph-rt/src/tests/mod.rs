@@ -4,6 +4,7 @@
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod graphs;
+mod instantiate;
 mod kernels;
 mod memory;
 mod programmatic;

@@ -1,0 +1,117 @@
+//! Instantiation options: auto-free on launch, device launch, node priority.
+
+use super::{assert_close, capturing_ctx, random_f32};
+use crate::{
+    CaptureMode, Context, DeviceBuffer, Function, Graph, GraphExec, InstantiateOptions,
+    LaunchConfig, Module, Stream,
+};
+
+const N: usize = 4096;
+
+fn add1(ctx: &Context) -> Function {
+    Module::from_ptx(ctx, graph_rt_kernels::CHAIN.ptx)
+        .unwrap()
+        .function("add1")
+        .unwrap()
+}
+
+/// Launches `exec` on fresh input in `x` and checks `out == x + steps`.
+fn replays_right(
+    exec: &GraphExec,
+    stream: &Stream,
+    x: &mut DeviceBuffer<f32>,
+    out: &DeviceBuffer<f32>,
+    steps: usize,
+) {
+    let h = random_f32(N);
+    x.copy_from_host(&h).unwrap();
+    exec.launch(stream).unwrap();
+    stream.synchronize().unwrap();
+    let want: Vec<f64> = h.iter().map(|&v| v as f64 + steps as f64).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn auto_free_on_launch_relaunches_a_graph_whose_allocation_is_never_freed() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut x = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
+    let out = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
+    let cfg = LaunchConfig::for_elements(N, 256);
+    // x -> scratch (graph memory, never freed by the graph) -> out.
+    let mut graph = Graph::new(&ctx).unwrap();
+    let (alloc, scratch) = graph.add_mem_alloc(&[], N * 4).unwrap();
+    // SAFETY: add1 touches N elements of x, of the N-float allocation and of out.
+    let first = unsafe { graph.add_kernel(&[alloc], &f, &cfg, (&x, scratch, N as i32)) }.unwrap();
+    // SAFETY: as above.
+    unsafe { graph.add_kernel(&[first], &f, &cfg, (scratch, &out, N as i32)) }.unwrap();
+
+    // Without the flag, CUDA refuses to relaunch while the allocation is live.
+    let exec = graph.instantiate().unwrap();
+    replays_right(&exec, &stream, &mut x, &out, 2);
+    let e = exec.launch(&stream).unwrap_err();
+    assert_eq!(e.call(), Some("cuGraphLaunch"), "{e}");
+    // SAFETY: the allocation of the first launch, which has completed; nothing uses it any more.
+    let freed = unsafe { crate::sys::cuMemFreeAsync(scratch.ptr, stream.as_raw()) };
+    assert_eq!(freed, Ok(crate::sys::CUresult::CUDA_SUCCESS));
+    stream.synchronize().unwrap();
+    drop(exec);
+
+    let exec = graph
+        .instantiate_with(&InstantiateOptions {
+            auto_free_on_launch: true,
+            upload: Some(&stream),
+            ..Default::default()
+        })
+        .unwrap();
+    for _ in 0..3 {
+        replays_right(&exec, &stream, &mut x, &out, 2);
+    }
+    // The last launch's allocation is freed with the exec's next launch, or here.
+    // SAFETY: as above.
+    let freed = unsafe { crate::sys::cuMemFreeAsync(scratch.ptr, stream.as_raw()) };
+    assert_eq!(freed, Ok(crate::sys::CUresult::CUDA_SUCCESS));
+    stream.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn device_launch_and_node_priority_execs_replay_right() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut bufs: Vec<DeviceBuffer<f32>> = (0..11)
+        .map(|_| DeviceBuffer::alloc(&ctx, N).unwrap())
+        .collect();
+    let (low, high) = Stream::priority_range(&ctx).unwrap();
+    let plain = LaunchConfig::for_elements(N, 256);
+    let device_launch = InstantiateOptions {
+        device_launch: true,
+        upload: Some(&stream),
+        ..Default::default()
+    };
+    let node_priority = InstantiateOptions {
+        use_node_priority: true,
+        ..Default::default()
+    };
+    for (cfg, options) in [
+        (plain, device_launch),
+        (plain.priority(low).unwrap(), node_priority),
+        (plain.priority(high).unwrap(), node_priority),
+    ] {
+        let graph = stream
+            .capture(CaptureMode::Global, |s| {
+                for k in 0..10 {
+                    // SAFETY: add1 touches N elements of two distinct N-element buffers.
+                    unsafe { s.launch(&f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
+                }
+                Ok(())
+            })
+            .unwrap();
+        let exec = graph.instantiate_with(&options).unwrap();
+        let (input, rest) = bufs.split_at_mut(1);
+        replays_right(&exec, &stream, &mut input[0], &rest[9], 10);
+    }
+}
