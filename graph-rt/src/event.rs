@@ -91,6 +91,15 @@ impl Event {
         })
     }
 
+    /// Records the event at the current end of a stream graph-rt holds.
+    pub(crate) fn record_on(&self, stream: &crate::stream::StreamInner) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid event; the caller holds the stream.
+        check("cuEventRecord", unsafe {
+            cuda_sys::cuEventRecord(self.raw, stream.raw())
+        })
+    }
+
     /// Records the event on a capturing stream as an event-record node of the graph
     /// (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`).
     pub(crate) fn record_external(&self, stream: &Stream) -> Result<()> {

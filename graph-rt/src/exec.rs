@@ -1,7 +1,6 @@
 //! Executable graphs: instantiate, upload, launch, and change what the nodes do between launches
 //! without re-capturing (per-node parameter updates, whole-graph update).
 
-use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::{Entry, HashMap};
 use std::marker::PhantomData;
@@ -20,6 +19,7 @@ use crate::graph::{
 use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
 use crate::module::Function;
+use crate::retention::{AddrMap, InFlight, Retention};
 use crate::stream::{Stream, StreamInner};
 
 /// How to instantiate a graph.
@@ -93,8 +93,11 @@ pub enum ExecUpdate {
 
 /// An executable graph (`CUgraphExec`).
 ///
-/// It keeps alive everything the graph it came from kept alive, and everything its nodes are
-/// rebound to, until it is dropped; dropping it first waits for its last launch to finish.
+/// It keeps alive everything the graph whose parameters it runs keeps alive, and what each node
+/// is rebound to. What a rebinding or an update replaces stays alive until every launch made
+/// before the change has finished (an event after the last launch tells), then is released: an
+/// exec rebound to fresh buffers every step holds a bounded set. Dropping it first waits for its
+/// last launch to finish.
 /// CUDA does not allow concurrent calls on one exec: a `GraphExec` may move between threads
 /// (`Send`) but not be shared by them (`!Sync`), and every change takes `&mut self`:
 ///
@@ -110,8 +113,8 @@ pub struct GraphExec {
     flags: u64,
     // What the instantiated graph keeps alive.
     graph_keep: Arc<Vec<Resource>>,
-    // What rebinding and in-place updates added, by address.
-    retained: AddrMap<Resource>,
+    // What rebound nodes use, and what they used while a launch may still read it.
+    retention: Retention,
     functions: HashMap<usize, Function>,
     // Function and configuration of kernel nodes, read lazily and kept current.
     kernels: AddrMap<KernelInfo>,
@@ -120,8 +123,10 @@ pub struct GraphExec {
     params_source: Option<Arc<GraphHandle>>,
     pairing: AddrMap<CUgraphNode>,
     scratch: Vec<Resource>,
+    // The stream of the last launch, until it is known finished, and the launch count.
     last_stream: RefCell<Option<Arc<StreamInner>>>,
     last_raw: Cell<usize>,
+    launches: Cell<u64>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -133,20 +138,10 @@ impl std::fmt::Debug for GraphExec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GraphExec")
             .field("raw", &self.raw)
-            .field("retained", &self.retained.len())
+            .field("retained", &self.retained_count())
             .finish()
     }
 }
-
-/// The address of what `r` shares: the same for an `Arc<T>` and the [`Resource`] made from it.
-fn key<T: ?Sized>(r: &Arc<T>) -> usize {
-    Arc::as_ptr(r) as *const () as usize
-}
-
-/// A map keyed by address (of a node or of a kept resource). Addresses are not chosen by an
-/// adversary, so a fast unkeyed hash (Fx) replaces SipHash, which would cost more than the rest
-/// of a rebinding's lookups.
-type AddrMap<V> = HashMap<usize, V, rustc_hash::FxBuildHasher>;
 
 impl Graph {
     /// Instantiates the graph with default options.
@@ -165,7 +160,7 @@ impl Graph {
             graph: self.handle.clone(),
             flags,
             graph_keep: self.keep.clone(),
-            retained: AddrMap::default(),
+            retention: Retention::new(&self.ctx),
             functions: self.functions.clone(),
             kernels: AddrMap::default(),
             params_source: None,
@@ -173,6 +168,7 @@ impl Graph {
             scratch: Vec::new(),
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
+            launches: Cell::new(0),
             _not_sync: PhantomData,
         })
     }
@@ -225,12 +221,24 @@ fn paired(
         .ok_or_else(|| Error::invalid("cuGraphExecUpdate", "node pairing lost"))
 }
 
+/// The exec's last launch, unless it is known finished.
+fn in_flight(last: &mut RefCell<Option<Arc<StreamInner>>>, launches: u64) -> Option<InFlight<'_>> {
+    let stream = last.get_mut().as_deref()?;
+    Some(InFlight {
+        stream,
+        launch: launches,
+    })
+}
+
 impl GraphExec {
-    /// Takes over what `graph` keeps alive and the functions its kernel nodes run.
+    /// Takes over what `graph` keeps alive and the functions its kernel nodes run; what the
+    /// nodes used before is released once the launches that may still use it have finished.
     fn absorb(&mut self, graph: &Graph) {
-        for r in graph.keep.iter() {
-            self.retained.entry(key(r)).or_insert_with(|| r.clone());
-        }
+        let in_flight = in_flight(&mut self.last_stream, self.launches.get());
+        let old = std::mem::replace(&mut self.graph_keep, graph.keep.clone());
+        let old: Resource = old;
+        self.retention.retire_bindings(in_flight);
+        self.retention.retire([old], in_flight);
         for (k, f) in &graph.functions {
             self.functions.entry(*k).or_insert_with(|| f.clone());
         }
@@ -243,12 +251,13 @@ impl GraphExec {
         self.raw
     }
 
-    /// How many references to resources the exec holds: one per use by the graph it was made
-    /// from (a buffer two nodes use counts twice) plus one per distinct resource added by
-    /// rebinding or updates since (which may also be in the graph's list). An upper bound on the
-    /// number of distinct resources; it only grows until the exec is dropped.
+    /// How many references to resources the exec holds: one per use by the graph whose
+    /// parameters it runs (a buffer two nodes use counts twice), one per resource of each node's
+    /// current binding, and one per resource of replaced bindings that a launch may still read.
+    /// Replaced bindings are released once the launches before the change have finished (seen
+    /// at a later change, or at once after the exec waited for its last launch).
     pub fn retained_count(&self) -> usize {
-        self.graph_keep.len() + self.retained.len()
+        self.graph_keep.len() + self.retention.count()
     }
 
     fn same_context(&self, stream: &Stream, call: &'static str) -> Result<()> {
@@ -274,10 +283,11 @@ impl GraphExec {
         self.same_context(stream, "cuGraphLaunch")?;
         stream.context().bind()?;
         // SAFETY: valid exec and stream of its context; every resource the nodes use is kept
-        // alive by this exec until it is dropped, and drop waits for the last launch.
+        // alive by this exec while a launch may read it, and drop waits for the last launch.
         check("cuGraphLaunch", unsafe {
             cuda_sys::cuGraphLaunch(self.raw, stream.as_raw())
         })?;
+        self.launches.set(self.launches.get() + 1);
         if self.last_raw.get() != stream.as_raw() as usize {
             self.last_raw.set(stream.as_raw() as usize);
             *self.last_stream.borrow_mut() = Some(stream.shared());
@@ -322,9 +332,11 @@ impl GraphExec {
         Ok((raw, slot.insert(KernelInfo { function, config })))
     }
 
-    /// Keeps `r` alive until the exec is dropped; clones it only if it is not kept yet.
-    fn retain<T: Any + Send + Sync>(&mut self, r: &Arc<T>) {
-        self.retained.entry(key(r)).or_insert_with(|| r.clone());
+    /// Makes `now` what `node` uses, keeping what it used before until the launches that may
+    /// still read it have finished.
+    fn bind(&mut self, node: Node, now: &mut Vec<Resource>) {
+        let in_flight = in_flight(&mut self.last_stream, self.launches.get());
+        self.retention.bind(node.key(), now, in_flight);
     }
 
     /// Rebinds a kernel node's arguments, keeping its launch configuration. The arguments are
@@ -382,11 +394,10 @@ impl GraphExec {
             (info.config.grid, info.config.block) = (c.grid, c.block);
             info.config.shared_mem_bytes = c.shared_mem_bytes;
         }
-        // `retain` hands out clones: those of resources already kept are dropped here.
-        args.retain(&mut self.scratch);
-        for r in self.scratch.drain(..) {
-            self.retained.entry(key(&r)).or_insert(r);
-        }
+        let mut now = std::mem::take(&mut self.scratch);
+        args.retain(&mut now);
+        self.bind(node, &mut now);
+        self.scratch = now;
         Ok(())
     }
 
@@ -419,8 +430,10 @@ impl GraphExec {
         check("cuGraphExecMemcpyNodeSetParams", unsafe {
             cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
-        self.retain(dst.allocation());
-        self.retain(src.allocation());
+        self.bind(
+            node,
+            &mut vec![dst.allocation().clone(), src.allocation().clone()],
+        );
         Ok(())
     }
 
@@ -438,7 +451,7 @@ impl GraphExec {
         check("cuGraphExecMemsetNodeSetParams", unsafe {
             cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
-        self.retain(dst.allocation());
+        self.bind(node, &mut vec![dst.allocation().clone()]);
         Ok(())
     }
 
@@ -525,6 +538,7 @@ impl GraphExec {
             check("cuStreamSynchronize", unsafe {
                 cuda_sys::cuStreamSynchronize(stream.raw())
             })?;
+            self.retention.idle();
         }
         Ok(())
     }
@@ -536,7 +550,7 @@ impl Drop for GraphExec {
             // A launch may still use what the exec keeps: leak it rather than free it under the
             // device's feet.
             self.ctx.inner.record(Err(e));
-            std::mem::forget(std::mem::take(&mut self.retained));
+            self.retention.leak();
             std::mem::forget(self.graph_keep.clone());
             std::mem::forget(std::mem::take(&mut self.functions));
             std::mem::forget(std::mem::take(&mut self.kernels));

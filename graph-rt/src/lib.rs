@@ -36,6 +36,7 @@ mod launch;
 mod memory;
 mod module;
 mod node;
+mod retention;
 mod stream;
 
 pub use capture::{CaptureMode, CaptureScope, CaptureStatus};

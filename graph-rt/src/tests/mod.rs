@@ -8,6 +8,7 @@ mod instantiate;
 mod kernels;
 mod memory;
 mod programmatic;
+mod retention;
 mod runtime;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -1,0 +1,146 @@
+//! How long an executable graph keeps what its nodes use: the current binding of each node it
+//! rebound, and every binding it replaced until the launches that may still read it have
+//! finished. Replaced bindings wait behind a fence (an event recorded after the exec's last
+//! launch), so an exec rebound to fresh buffers every step holds a bounded set of them, not every
+//! buffer it was ever bound to.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use crate::context::Context;
+use crate::event::{Event, EventFlags};
+use crate::launch::Resource;
+use crate::stream::StreamInner;
+
+/// A map keyed by address (of a node or of a kept resource). Addresses are not chosen by an
+/// adversary, so a fast unkeyed hash (Fx) replaces SipHash, which would cost more than the rest
+/// of a rebinding's lookups.
+pub(crate) type AddrMap<V> = HashMap<usize, V, rustc_hash::FxBuildHasher>;
+
+/// The exec's last launch, while it may still run: its stream and its sequence number.
+#[derive(Clone, Copy)]
+pub(crate) struct InFlight<'a> {
+    pub(crate) stream: &'a StreamInner,
+    pub(crate) launch: u64,
+}
+
+/// Resources replaced after launch number `launch`, released when `event` (recorded after that
+/// launch, hence after every earlier one: launches of one exec run in order) has completed.
+struct Fence {
+    event: Event,
+    launch: u64,
+    keep: Vec<Resource>,
+}
+
+pub(crate) struct Retention {
+    ctx: Context,
+    // Per node (by address): what its current binding uses.
+    bound: AddrMap<Vec<Resource>>,
+    fences: VecDeque<Fence>,
+    // Events of released fences, for reuse.
+    spare: Vec<Event>,
+    // Replaced while a launch may run, when no fence could be recorded: kept until the exec is
+    // known idle.
+    unfenced: Vec<Resource>,
+}
+
+impl Retention {
+    pub(crate) fn new(ctx: &Context) -> Self {
+        Self {
+            ctx: ctx.clone(),
+            bound: AddrMap::default(),
+            fences: VecDeque::new(),
+            spare: Vec::new(),
+            unfenced: Vec::new(),
+        }
+    }
+
+    /// Makes `now` what node `node` uses, retiring what it used before. `now` is left empty
+    /// (holding the previous binding's storage, for reuse).
+    pub(crate) fn bind(
+        &mut self,
+        node: usize,
+        now: &mut Vec<Resource>,
+        in_flight: Option<InFlight>,
+    ) {
+        let slot = self.bound.entry(node).or_default();
+        let same =
+            slot.len() == now.len() && slot.iter().zip(now.iter()).all(|(a, b)| Arc::ptr_eq(a, b));
+        if same {
+            now.clear();
+            return;
+        }
+        std::mem::swap(slot, now);
+        self.retire(now.drain(..), in_flight);
+    }
+
+    /// Retires every node's binding (the exec's nodes now use what another graph keeps).
+    pub(crate) fn retire_bindings(&mut self, in_flight: Option<InFlight>) {
+        let bound = std::mem::take(&mut self.bound);
+        self.retire(bound.into_values().flatten(), in_flight);
+    }
+
+    /// Releases `old` once no launch that may use it runs: now if none is in flight, else
+    /// behind a fence after the last launch.
+    pub(crate) fn retire(
+        &mut self,
+        old: impl IntoIterator<Item = Resource>,
+        in_flight: Option<InFlight>,
+    ) {
+        let Some(InFlight { stream, launch }) = in_flight else {
+            return drop(old.into_iter());
+        };
+        if let Some(fence) = self.fences.back_mut().filter(|f| f.launch == launch) {
+            return fence.keep.extend(old);
+        }
+        self.release_finished();
+        let event = match self.spare.pop() {
+            Some(e) => Ok(e),
+            None => Event::new(&self.ctx, EventFlags::DisableTiming),
+        };
+        match event.and_then(|e| e.record_on(stream).map(|()| e)) {
+            Ok(event) => self.fences.push_back(Fence {
+                event,
+                launch,
+                keep: old.into_iter().collect(),
+            }),
+            Err(e) => {
+                // Cannot tell when the launch ends: keep them until the exec is known idle.
+                self.ctx.inner.record(Err(e));
+                self.unfenced.extend(old);
+            }
+        }
+    }
+
+    /// Releases what completed fences hold, oldest first.
+    fn release_finished(&mut self) {
+        while let Some(fence) = self.fences.front() {
+            if !matches!(fence.event.is_complete(), Ok(true)) {
+                break;
+            }
+            if let Some(fence) = self.fences.pop_front() {
+                self.spare.push(fence.event);
+            }
+        }
+    }
+
+    /// Every launch of the exec has finished: releases every replaced binding.
+    pub(crate) fn idle(&mut self) {
+        self.spare.extend(self.fences.drain(..).map(|f| f.event));
+        self.unfenced.clear();
+    }
+
+    /// How many references to resources are held (current bindings and replaced ones).
+    pub(crate) fn count(&self) -> usize {
+        self.bound.values().map(Vec::len).sum::<usize>()
+            + self.fences.iter().map(|f| f.keep.len()).sum::<usize>()
+            + self.unfenced.len()
+    }
+
+    /// Gives up on releasing anything: a launch may still use it and cannot be waited for.
+    pub(crate) fn leak(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.bound));
+        std::mem::forget(self.fences.drain(..).map(|f| f.keep).collect::<Vec<_>>());
+        std::mem::forget(std::mem::take(&mut self.unfenced));
+    }
+}

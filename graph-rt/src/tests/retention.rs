@@ -1,0 +1,146 @@
+//! How long an exec keeps what it was rebound to: until the launches that may read it finish,
+//! and no longer.
+
+use std::sync::{Arc, Weak};
+
+use super::{assert_close, capturing_ctx, random_f32};
+use crate::memory::Allocation;
+use crate::{
+    CaptureMode, Context, DeviceBuffer, ExecUpdate, Function, Graph, LaunchConfig, Module, Stream,
+};
+
+const N: usize = 4096;
+
+fn add1(ctx: &Context) -> Function {
+    Module::from_ptx(ctx, graph_rt_kernels::CHAIN.ptx)
+        .unwrap()
+        .function("add1")
+        .unwrap()
+}
+
+fn buffers(ctx: &Context, count: usize) -> Vec<DeviceBuffer<f32>> {
+    (0..count)
+        .map(|_| DeviceBuffer::alloc(ctx, N).unwrap())
+        .collect()
+}
+
+fn capture_chain(stream: &Stream, f: &Function, bufs: &[DeviceBuffer<f32>]) -> Graph {
+    let cfg = LaunchConfig::for_elements(N, 256);
+    stream
+        .capture(CaptureMode::Global, |s| {
+            for k in 0..bufs.len() - 1 {
+                // SAFETY: add1 touches N elements of two distinct N-element buffers.
+                unsafe { s.launch(f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
+            }
+            Ok(())
+        })
+        .unwrap()
+}
+
+fn weak(bufs: &[DeviceBuffer<f32>]) -> Vec<Weak<Allocation>> {
+    bufs.iter()
+        .map(|b| Arc::downgrade(b.allocation()))
+        .collect()
+}
+
+/// Writes fresh input into `bufs[0]` and returns it.
+fn fresh_input(bufs: &mut [DeviceBuffer<f32>]) -> Vec<f32> {
+    let x = random_f32(N);
+    bufs[0].copy_from_host(&x).unwrap();
+    x
+}
+
+fn check(out: &DeviceBuffer<f32>, x: &[f32], steps: usize) {
+    let want: Vec<f64> = x.iter().map(|&v| v as f64 + steps as f64).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let graph = capture_chain(&stream, &f, &buffers(&ctx, 3));
+    let nodes = graph.nodes().unwrap();
+    let mut exec = graph.instantiate().unwrap();
+    let own = exec.retained_count();
+    let mut steps = Vec::new();
+    for _ in 0..100 {
+        let mut fresh = buffers(&ctx, 3);
+        let x = fresh_input(&mut fresh);
+        for (k, node) in nodes.iter().enumerate() {
+            // SAFETY: as in capture_chain.
+            unsafe { exec.set_kernel_args(*node, (&fresh[k], &fresh[k + 1], N as i32)) }.unwrap();
+        }
+        exec.launch(&stream).unwrap();
+        steps.push(weak(&fresh));
+        let out = fresh.pop().unwrap();
+        drop(fresh); // input and intermediate handles gone while the launch may run
+        stream.synchronize().unwrap();
+        check(&out, &x, 2);
+        // The graph's own, the current bindings, and at most two replaced generations.
+        assert!(
+            exec.retained_count() <= own + 4 + 8,
+            "{}",
+            exec.retained_count()
+        );
+    }
+    let released = steps[..steps.len() - 2].iter().flatten();
+    assert!(
+        released.clone().all(|w| w.upgrade().is_none()),
+        "replaced buffers still held"
+    );
+
+    // Whole-graph updates from graphs of fresh buffers: the old ones go the same way.
+    let mut updates = Vec::new();
+    for _ in 0..20 {
+        let mut fresh = buffers(&ctx, 3);
+        let g = capture_chain(&stream, &f, &fresh);
+        assert_eq!(exec.update(&g).unwrap(), ExecUpdate::Updated);
+        drop(g);
+        let x = fresh_input(&mut fresh);
+        exec.launch(&stream).unwrap();
+        updates.push(weak(&fresh));
+        let out = fresh.pop().unwrap();
+        drop(fresh);
+        stream.synchronize().unwrap();
+        check(&out, &x, 2);
+    }
+    let released = updates[..updates.len() - 2].iter().flatten();
+    assert!(
+        released.clone().all(|w| w.upgrade().is_none()),
+        "old graphs' buffers still held"
+    );
+    drop(exec);
+    assert!(updates.iter().flatten().all(|w| w.upgrade().is_none()));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut bufs = buffers(&ctx, 201);
+    let graph = capture_chain(&stream, &f, &bufs);
+    let first = graph.nodes().unwrap()[0];
+    let mut exec = graph.instantiate().unwrap();
+    drop(graph);
+    for _ in 0..5 {
+        let mut input = buffers(&ctx, 1);
+        let x = fresh_input(&mut input);
+        // SAFETY: as in capture_chain.
+        unsafe { exec.set_kernel_args(first, (&input[0], &bufs[1], N as i32)) }.unwrap();
+        exec.launch(&stream).unwrap();
+        // Rebind while the 200-kernel launch runs, and drop the input it reads.
+        let mut next = buffers(&ctx, 1);
+        // SAFETY: as in capture_chain.
+        unsafe { exec.set_kernel_args(first, (&next[0], &bufs[1], N as i32)) }.unwrap();
+        drop(input);
+        drop(next.pop());
+        stream.synchronize().unwrap();
+        check(&bufs[200], &x, 200);
+    }
+    drop(exec);
+}
