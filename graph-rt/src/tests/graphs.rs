@@ -3,69 +3,18 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{assert_close, capturing_ctx, random_f32};
+use super::chain::{add1, buffers, capture_chain, check_chain, fresh_input, replay, N};
+use super::{assert_close, capturing_ctx};
 use crate::{
     CaptureMode, CaptureStatus, Context, DeviceBuffer, Error, Event, EventFlags, ExecUpdate,
-    Function, Graph, GraphExec, InstantiateOptions, LaunchConfig, Module, NodeKind, Stream,
-    UpdateFailureKind,
+    Function, Graph, InstantiateOptions, LaunchConfig, Module, NodeKind, Stream, UpdateFailureKind,
 };
-
-const N: usize = 4096;
-
-fn add1(ctx: &Context) -> Function {
-    Module::from_ptx(ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap()
-}
 
 fn axpy(ctx: &Context) -> Function {
     Module::from_ptx(ctx, graph_rt_kernels::AXPY.ptx)
         .unwrap()
         .function("axpy_f32")
         .unwrap()
-}
-
-fn buffers(ctx: &Context, count: usize) -> Vec<DeviceBuffer<f32>> {
-    (0..count)
-        .map(|_| DeviceBuffer::alloc(ctx, N).unwrap())
-        .collect()
-}
-
-/// Captures `add1` from buffer k to buffer k+1 for every k.
-fn capture_chain(
-    stream: &Stream,
-    f: &Function,
-    bufs: &mut [DeviceBuffer<f32>],
-) -> crate::Result<Graph> {
-    let cfg = LaunchConfig::for_elements(N, 256);
-    stream.capture(CaptureMode::Global, |s| {
-        for k in 0..bufs.len() - 1 {
-            let (a, b) = bufs.split_at_mut(k + 1);
-            // SAFETY: add1 touches N elements of two distinct N-element buffers.
-            unsafe { s.launch(f, &cfg, (&a[k], &mut b[0], N as i32))? };
-        }
-        Ok(())
-    })
-}
-
-fn check_chain(out: &DeviceBuffer<f32>, x: &[f32], steps: usize) {
-    let want: Vec<f64> = x.iter().map(|&v| v as f64 + steps as f64).collect();
-    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
-}
-
-/// Writes `N` fresh random floats into `input` (done on the device when this returns) and
-/// returns them, for the CPU reference.
-fn fresh_input(input: &mut DeviceBuffer<f32>) -> Vec<f32> {
-    let x = random_f32(N);
-    input.copy_from_host(&x).unwrap();
-    x
-}
-
-/// Launches `exec` on `stream` and waits for it, so its outputs can be read back.
-fn replay(exec: &GraphExec, stream: &Stream) {
-    exec.launch(stream).unwrap();
-    stream.synchronize().unwrap();
 }
 
 #[test]
@@ -75,7 +24,7 @@ fn captured_1000_node_chain_replays_100_times_on_fresh_inputs() {
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 1001);
-    let graph = capture_chain(&stream, &f, &mut bufs).unwrap();
+    let graph = capture_chain(&stream, &f, &bufs).unwrap();
     assert_eq!(graph.nodes().unwrap().len(), 1000);
     assert_eq!(graph.edges().unwrap().len(), 999);
     let exec = graph.instantiate().unwrap();
@@ -186,7 +135,7 @@ fn wrong_argument_size_update_is_an_error_and_the_old_arguments_stay() {
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let mut bufs = buffers(&ctx, 2);
-    let graph = capture_chain(&stream, &f, &mut bufs).unwrap();
+    let graph = capture_chain(&stream, &f, &bufs).unwrap();
     let node = graph.nodes().unwrap()[0];
     let mut exec = graph.instantiate().unwrap();
     let other = buffers(&ctx, 2);
@@ -220,11 +169,11 @@ fn exec_update_rebinds_in_place_and_falls_back_when_topology_changes() {
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
     let (mut a, mut b) = (buffers(&ctx, 11), buffers(&ctx, 11));
-    let ga = capture_chain(&stream, &f, &mut a).unwrap();
+    let ga = capture_chain(&stream, &f, &a).unwrap();
     let exec_nodes = ga.nodes().unwrap();
     let mut exec = ga.instantiate().unwrap();
     drop(ga);
-    let gb = capture_chain(&stream, &f, &mut b).unwrap();
+    let gb = capture_chain(&stream, &f, &b).unwrap();
     assert_eq!(exec.update(&gb).unwrap(), ExecUpdate::Updated);
     drop(gb);
     let _xa = fresh_input(&mut a[0]);
@@ -249,7 +198,7 @@ fn exec_update_rebinds_in_place_and_falls_back_when_topology_changes() {
     check_chain(&b[10], &x2, 10);
     // A chain of another length: topology changed, re-instantiated, right values.
     let mut c = buffers(&ctx, 6);
-    let gc = capture_chain(&stream, &f, &mut c).unwrap();
+    let gc = capture_chain(&stream, &f, &c).unwrap();
     match exec.update(&gc).unwrap() {
         ExecUpdate::Reinstantiated(failure) => assert_eq!(
             failure.kind,
@@ -462,7 +411,7 @@ fn per_node_updates_enable_grid_copy_and_memset() {
     assert!(bufs[1].to_vec().unwrap().iter().all(|&v| v == 0.0));
     exec.set_enabled(k, true).unwrap();
     // A node of another graph is refused.
-    let g2 = capture_chain(&stream, &f, &mut bufs[..2]).unwrap();
+    let g2 = capture_chain(&stream, &f, &bufs[..2]).unwrap();
     let foreign = g2.nodes().unwrap()[0];
     assert!(exec.set_enabled(foreign, false).is_err());
 }
@@ -502,8 +451,8 @@ fn rebinding_every_node_of_a_captured_chain_in_node_order() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let (mut a, b) = (buffers(&ctx, 21), buffers(&ctx, 21));
-    let graph = capture_chain(&stream, &f, &mut a).unwrap();
+    let (a, b) = (buffers(&ctx, 21), buffers(&ctx, 21));
+    let graph = capture_chain(&stream, &f, &a).unwrap();
     let nodes = graph.nodes().unwrap();
     let mut exec = graph.instantiate().unwrap();
     for (k, node) in nodes.iter().enumerate() {
@@ -525,7 +474,7 @@ fn failed_capture_into_keeps_the_callers_graph_and_foreign_nodes_are_refused() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut bufs = buffers(&ctx, 3);
+    let bufs = buffers(&ctx, 3);
     let cfg = LaunchConfig::for_elements(N, 256);
     let mut graph = Graph::new(&ctx).unwrap();
     let first = graph.add_empty(&[]).unwrap();
@@ -551,7 +500,7 @@ fn failed_capture_into_keeps_the_callers_graph_and_foreign_nodes_are_refused() {
         .unwrap_err();
     assert_eq!(e.call(), Some("cuMemAllocAsync"), "{e}");
     // A node of another graph, live or dropped, is refused rather than handed to the driver.
-    let other = capture_chain(&stream, &f, &mut bufs).unwrap();
+    let other = capture_chain(&stream, &f, &bufs).unwrap();
     let foreign = other.nodes().unwrap()[0];
     assert!(matches!(
         graph.add_empty(&[foreign]),

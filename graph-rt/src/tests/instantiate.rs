@@ -1,19 +1,8 @@
 //! Instantiation options: auto-free on launch, device launch, node priority.
 
-use super::{assert_close, capturing_ctx, random_f32};
-use crate::{
-    CaptureMode, Context, DeviceBuffer, Function, Graph, GraphExec, InstantiateOptions,
-    LaunchConfig, Module, Stream,
-};
-
-const N: usize = 4096;
-
-fn add1(ctx: &Context) -> Function {
-    Module::from_ptx(ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap()
-}
+use super::capturing_ctx;
+use super::chain::{add1, buffers, capture_chain_with, check_chain, fresh_input, replay, N};
+use crate::{DeviceBuffer, Graph, GraphExec, InstantiateOptions, LaunchConfig, Stream};
 
 /// Launches `exec` on fresh input in `x` and checks `out == x + steps`.
 fn replays_right(
@@ -23,12 +12,9 @@ fn replays_right(
     out: &DeviceBuffer<f32>,
     steps: usize,
 ) {
-    let h = random_f32(N);
-    x.copy_from_host(&h).unwrap();
-    exec.launch(stream).unwrap();
-    stream.synchronize().unwrap();
-    let want: Vec<f64> = h.iter().map(|&v| v as f64 + steps as f64).collect();
-    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+    let h = fresh_input(x);
+    replay(exec, stream);
+    check_chain(out, &h, steps);
 }
 
 #[test]
@@ -82,9 +68,7 @@ fn device_launch_and_node_priority_execs_replay_right() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut bufs: Vec<DeviceBuffer<f32>> = (0..11)
-        .map(|_| DeviceBuffer::alloc(&ctx, N).unwrap())
-        .collect();
+    let mut bufs = buffers(&ctx, 11);
     let (low, high) = Stream::priority_range(&ctx).unwrap();
     let plain = LaunchConfig::for_elements(N, 256);
     let device_launch = InstantiateOptions {
@@ -101,15 +85,7 @@ fn device_launch_and_node_priority_execs_replay_right() {
         (plain.priority(low).unwrap(), node_priority),
         (plain.priority(high).unwrap(), node_priority),
     ] {
-        let graph = stream
-            .capture(CaptureMode::Global, |s| {
-                for k in 0..10 {
-                    // SAFETY: add1 touches N elements of two distinct N-element buffers.
-                    unsafe { s.launch(&f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
-                }
-                Ok(())
-            })
-            .unwrap();
+        let graph = capture_chain_with(&stream, &f, &cfg, &bufs).unwrap();
         let exec = graph.instantiate_with(&options).unwrap();
         let (input, rest) = bufs.split_at_mut(1);
         replays_right(&exec, &stream, &mut input[0], &rest[9], 10);

@@ -1,6 +1,7 @@
 //! GPU tests of the safe core. Each is `#[ignore = "needs a CUDA GPU"]`: a machine without one
 //! reports them as ignored; the GPU suite runs them with `--include-ignored`.
 
+mod chain;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod graphs;

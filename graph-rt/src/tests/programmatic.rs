@@ -1,13 +1,9 @@
 //! Programmatic dependent launch: eager launches and captured chains of the `CHAIN_PDL` kernel,
 //! the programmatic edges a capture makes, and rebinding such nodes.
 
-use super::{assert_close, capturing_ctx, random_f32};
-use crate::{
-    CaptureMode, Context, DeviceBuffer, EdgeKind, ExecUpdate, Function, Graph, LaunchConfig,
-    Module, Stream,
-};
-
-const N: usize = 4096;
+use super::chain::{add1, buffers, capture_chain, capture_chain_with, check_chain, N};
+use super::{capturing_ctx, random_f32};
+use crate::{Context, DeviceBuffer, EdgeKind, ExecUpdate, Function, LaunchConfig, Module, Stream};
 
 /// `CHAIN_PDL`'s `add1`, or `None` (after saying so) on a GPU older than compute capability 9.0.
 fn add1_pdl(ctx: &Context) -> Option<Function> {
@@ -27,27 +23,6 @@ fn config() -> LaunchConfig {
         .unwrap()
 }
 
-fn buffers(ctx: &Context, count: usize) -> Vec<DeviceBuffer<f32>> {
-    (0..count)
-        .map(|_| DeviceBuffer::alloc(ctx, N).unwrap())
-        .collect()
-}
-
-/// Captures `add1` from `bufs[k]` to `bufs[k + 1]` for every k, each launch programmatic.
-fn capture_chain(stream: &Stream, f: &Function, bufs: &[DeviceBuffer<f32>]) -> Graph {
-    let cfg = config();
-    stream
-        .capture(CaptureMode::Global, |s| {
-            for k in 0..bufs.len() - 1 {
-                // SAFETY: add1 touches N elements of two distinct N-element buffers, and waits
-                // (griddepcontrol.wait) before reading what the previous kernel wrote.
-                unsafe { s.launch(f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
-            }
-            Ok(())
-        })
-        .unwrap()
-}
-
 /// Writes fresh random floats into `bufs[0]`, poisons the output, runs `run`, and checks that
 /// the last buffer holds the input plus the chain's length.
 fn check_on_fresh_input(bufs: &mut [DeviceBuffer<f32>], run: impl FnOnce(&[DeviceBuffer<f32>])) {
@@ -56,8 +31,7 @@ fn check_on_fresh_input(bufs: &mut [DeviceBuffer<f32>], run: impl FnOnce(&[Devic
     let last = bufs.len() - 1;
     bufs[last].copy_from_host(&vec![f32::NAN; N]).unwrap();
     run(bufs);
-    let want: Vec<f64> = x.iter().map(|&v| v as f64 + last as f64).collect();
-    assert_close(&bufs[last].to_vec().unwrap(), &want, 1e-6);
+    check_chain(&bufs[last], &x, last);
 }
 
 #[test]
@@ -70,13 +44,13 @@ fn programmatic_chain_runs_eagerly_and_replays_with_programmatic_edges() {
     let cfg = config();
     check_on_fresh_input(&mut bufs, |bufs| {
         for k in 0..bufs.len() - 1 {
-            // SAFETY: as in capture_chain.
+            // SAFETY: as in chain::capture_chain_with.
             unsafe { stream.launch(&f, &cfg, (&bufs[k], &bufs[k + 1], N as i32)) }.unwrap();
         }
         stream.synchronize().unwrap();
     });
 
-    let graph = capture_chain(&stream, &f, &bufs);
+    let graph = capture_chain_with(&stream, &f, &config(), &bufs).unwrap();
     let edges = graph.edges().unwrap();
     assert_eq!(edges.len(), 999);
     assert!(
@@ -100,13 +74,13 @@ fn programmatic_nodes_rebind_by_node_update_and_exec_update() {
     let Some(f) = add1_pdl(&ctx) else { return };
     let stream = Stream::new(&ctx).unwrap();
     let mut sets = [buffers(&ctx, 201), buffers(&ctx, 201)];
-    let graph = capture_chain(&stream, &f, &sets[0]);
+    let graph = capture_chain_with(&stream, &f, &config(), &sets[0]).unwrap();
     let nodes = graph.nodes().unwrap();
     let mut exec = graph.instantiate().unwrap();
     for i in 0..6 {
         check_on_fresh_input(&mut sets[i % 2], |set| {
             for (k, node) in nodes.iter().enumerate() {
-                // SAFETY: as in capture_chain.
+                // SAFETY: as in chain::capture_chain_with.
                 unsafe { exec.set_kernel_args(*node, (&set[k], &set[k + 1], N as i32)) }.unwrap();
             }
             exec.launch(&stream).unwrap();
@@ -114,7 +88,7 @@ fn programmatic_nodes_rebind_by_node_update_and_exec_update() {
         });
     }
     for i in 0..4 {
-        let g = capture_chain(&stream, &f, &sets[i % 2]);
+        let g = capture_chain_with(&stream, &f, &config(), &sets[i % 2]).unwrap();
         assert_eq!(exec.update(&g).unwrap(), ExecUpdate::Updated);
         check_on_fresh_input(&mut sets[i % 2], |_| {
             exec.launch(&stream).unwrap();
@@ -127,22 +101,8 @@ fn programmatic_nodes_rebind_by_node_update_and_exec_update() {
 #[ignore = "needs a CUDA GPU"]
 fn plain_capture_makes_full_edges() {
     let ctx = capturing_ctx();
-    let f = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap();
     let stream = Stream::new(&ctx).unwrap();
-    let bufs = buffers(&ctx, 4);
-    let cfg = LaunchConfig::for_elements(N, 256);
-    let graph = stream
-        .capture(CaptureMode::Global, |s| {
-            for k in 0..3 {
-                // SAFETY: add1 touches N elements of two distinct N-element buffers.
-                unsafe { s.launch(&f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
-            }
-            Ok(())
-        })
-        .unwrap();
+    let graph = capture_chain(&stream, &add1(&ctx), &buffers(&ctx, 4)).unwrap();
     let edges = graph.edges().unwrap();
     assert_eq!(edges.len(), 2);
     assert!(edges.iter().all(|e| e.kind == EdgeKind::Full));

@@ -3,56 +3,15 @@
 
 use std::sync::{Arc, Weak};
 
-use super::{assert_close, capturing_ctx, random_f32};
+use super::capturing_ctx;
+use super::chain::{add1, buffers, capture_chain, check_chain, fresh_input, N};
 use crate::memory::Allocation;
-use crate::{
-    CaptureMode, Context, DeviceBuffer, ExecUpdate, Function, Graph, LaunchConfig, Module, Stream,
-};
-
-const N: usize = 4096;
-
-fn add1(ctx: &Context) -> Function {
-    Module::from_ptx(ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap()
-}
-
-fn buffers(ctx: &Context, count: usize) -> Vec<DeviceBuffer<f32>> {
-    (0..count)
-        .map(|_| DeviceBuffer::alloc(ctx, N).unwrap())
-        .collect()
-}
-
-fn capture_chain(stream: &Stream, f: &Function, bufs: &[DeviceBuffer<f32>]) -> Graph {
-    let cfg = LaunchConfig::for_elements(N, 256);
-    stream
-        .capture(CaptureMode::Global, |s| {
-            for k in 0..bufs.len() - 1 {
-                // SAFETY: add1 touches N elements of two distinct N-element buffers.
-                unsafe { s.launch(f, &cfg, (&bufs[k], &bufs[k + 1], N as i32))? };
-            }
-            Ok(())
-        })
-        .unwrap()
-}
+use crate::{DeviceBuffer, ExecUpdate, Stream};
 
 fn weak(bufs: &[DeviceBuffer<f32>]) -> Vec<Weak<Allocation>> {
     bufs.iter()
         .map(|b| Arc::downgrade(b.allocation()))
         .collect()
-}
-
-/// Writes fresh input into `bufs[0]` and returns it.
-fn fresh_input(bufs: &mut [DeviceBuffer<f32>]) -> Vec<f32> {
-    let x = random_f32(N);
-    bufs[0].copy_from_host(&x).unwrap();
-    x
-}
-
-fn check(out: &DeviceBuffer<f32>, x: &[f32], steps: usize) {
-    let want: Vec<f64> = x.iter().map(|&v| v as f64 + steps as f64).collect();
-    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
 }
 
 #[test]
@@ -61,14 +20,14 @@ fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let graph = capture_chain(&stream, &f, &buffers(&ctx, 3));
+    let graph = capture_chain(&stream, &f, &buffers(&ctx, 3)).unwrap();
     let nodes = graph.nodes().unwrap();
     let mut exec = graph.instantiate().unwrap();
     let own = exec.retained_count();
     let mut steps = Vec::new();
     for _ in 0..100 {
         let mut fresh = buffers(&ctx, 3);
-        let x = fresh_input(&mut fresh);
+        let x = fresh_input(&mut fresh[0]);
         for (k, node) in nodes.iter().enumerate() {
             // SAFETY: as in capture_chain.
             unsafe { exec.set_kernel_args(*node, (&fresh[k], &fresh[k + 1], N as i32)) }.unwrap();
@@ -78,7 +37,7 @@ fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
         let out = fresh.pop().unwrap();
         drop(fresh); // input and intermediate handles gone while the launch may run
         stream.synchronize().unwrap();
-        check(&out, &x, 2);
+        check_chain(&out, &x, 2);
         // The graph's own, the current bindings, and at most two replaced generations.
         assert!(
             exec.retained_count() <= own + 4 + 8,
@@ -96,16 +55,16 @@ fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
     let mut updates = Vec::new();
     for _ in 0..20 {
         let mut fresh = buffers(&ctx, 3);
-        let g = capture_chain(&stream, &f, &fresh);
+        let g = capture_chain(&stream, &f, &fresh).unwrap();
         assert_eq!(exec.update(&g).unwrap(), ExecUpdate::Updated);
         drop(g);
-        let x = fresh_input(&mut fresh);
+        let x = fresh_input(&mut fresh[0]);
         exec.launch(&stream).unwrap();
         updates.push(weak(&fresh));
         let out = fresh.pop().unwrap();
         drop(fresh);
         stream.synchronize().unwrap();
-        check(&out, &x, 2);
+        check_chain(&out, &x, 2);
     }
     let released = updates[..updates.len() - 2].iter().flatten();
     assert!(
@@ -122,14 +81,14 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut bufs = buffers(&ctx, 201);
-    let graph = capture_chain(&stream, &f, &bufs);
+    let bufs = buffers(&ctx, 201);
+    let graph = capture_chain(&stream, &f, &bufs).unwrap();
     let first = graph.nodes().unwrap()[0];
     let mut exec = graph.instantiate().unwrap();
     drop(graph);
     for _ in 0..5 {
         let mut input = buffers(&ctx, 1);
-        let x = fresh_input(&mut input);
+        let x = fresh_input(&mut input[0]);
         // SAFETY: as in capture_chain.
         unsafe { exec.set_kernel_args(first, (&input[0], &bufs[1], N as i32)) }.unwrap();
         exec.launch(&stream).unwrap();
@@ -140,7 +99,7 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
         drop(input);
         drop(next.pop());
         stream.synchronize().unwrap();
-        check(&bufs[200], &x, 200);
+        check_chain(&bufs[200], &x, 200);
     }
     drop(exec);
 }
