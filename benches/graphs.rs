@@ -33,8 +33,8 @@ use graph_rt::{
 const ELEMS: usize = 4096;
 const SIZES: [usize; 4] = [10, 50, 200, 1000];
 
-/// Registers `case` with criterion. Each timed iteration follows an untimed iteration of
-/// `partner` (the case it is compared with), so that criterion measures both in the same
+/// Registers `case` with criterion. Each timed iteration `i` follows an untimed iteration `i + 1`
+/// of `partner` (the case it is compared with; cases alternate buffer sets by iteration parity), so that criterion measures both in the same
 /// conditions, as the interleaved table does; measured alone one after the other, cases that
 /// build and destroy graphs drift far apart.
 fn pair(
@@ -47,7 +47,7 @@ fn pair(
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for i in 0..iters {
-                partner(i);
+                partner(i + 1);
                 let t = Instant::now();
                 case(i);
                 total += t.elapsed();
@@ -178,7 +178,10 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
 
         let graph = chain.capture(&stream, &f, 0);
         let nodes = graph.nodes().expect("nodes");
+        // One exec per case, so that neither case's changes fall on the other's measurement
+        // (an exec update makes the next per-node update read the kernel nodes anew).
         let exec = RefCell::new(graph.instantiate().expect("instantiate"));
+        let updated = RefCell::new(graph.instantiate().expect("instantiate"));
         let set = |i: u64| &chain.sets[(i % 2) as usize];
         let eager_case = |i| {
             eager(&stream, &f, &cfg, set(i));
@@ -203,7 +206,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
         };
         let recapture = |i| {
             let g = chain.capture(&stream, &f, (i % 2) as usize);
-            let mut exec = exec.borrow_mut();
+            let mut exec = updated.borrow_mut();
             assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
             exec.launch(&stream).expect("launch");
             sync();
@@ -229,7 +232,7 @@ fn bench_chains(c: &mut Criterion, ctx: &Context) -> Vec<Row> {
             &capture_raw,
             &capture,
         );
-        drop(exec);
+        drop((exec, updated));
         drop(graph);
         if let Some((pf, pcfg)) = &pdl {
             let exec = chain
@@ -271,10 +274,12 @@ fn interleaved_row(
     let graph = chain.capture(stream, f, 0);
     let nodes = graph.nodes().expect("nodes");
     let exec = RefCell::new(graph.instantiate().expect("instantiate"));
-    let turn = Cell::new(0usize);
-    let next = || {
-        turn.set(turn.get() + 1);
-        turn.get() % 2
+    let updated = RefCell::new(graph.instantiate().expect("instantiate"));
+    // Each rebinding case alternates buffer sets on its own turns.
+    let turns = [Cell::new(0usize), Cell::new(0usize), Cell::new(0usize)];
+    let next = |case: usize| {
+        turns[case].set(turns[case].get() + 1);
+        turns[case].get() % 2
     };
     let ptrs: Vec<u64> = chain.sets[0].iter().map(|b| b.as_raw()).collect();
     let rounds = if n >= 1000 { 60 } else { 150 };
@@ -290,7 +295,7 @@ fn interleaved_row(
             "eager",
             Box::new(|| {
                 once(|| {
-                    eager(stream, f, cfg, &chain.sets[next()]);
+                    eager(stream, f, cfg, &chain.sets[next(0)]);
                     sync();
                 })
             }),
@@ -310,7 +315,7 @@ fn interleaved_row(
             "eager_pdl",
             Box::new(move || {
                 once(|| {
-                    eager(stream, pf, pcfg, &chain.sets[next()]);
+                    eager(stream, pf, pcfg, &chain.sets[next(0)]);
                     sync();
                 })
             }),
@@ -333,7 +338,7 @@ fn interleaved_row(
                 "node_update",
                 Box::new(|| {
                     once(|| {
-                        let set = &chain.sets[next()];
+                        let set = &chain.sets[next(1)];
                         let mut exec = exec.borrow_mut();
                         for (k, node) in nodes.iter().enumerate() {
                             // SAFETY: as in Chain::capture.
@@ -351,8 +356,8 @@ fn interleaved_row(
                 "recapture_update",
                 Box::new(|| {
                     once(|| {
-                        let g = chain.capture(stream, f, next());
-                        let mut exec = exec.borrow_mut();
+                        let g = chain.capture(stream, f, next(2));
+                        let mut exec = updated.borrow_mut();
                         assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
                         exec.launch(stream).expect("launch");
                         sync();

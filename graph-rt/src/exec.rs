@@ -514,7 +514,14 @@ impl GraphExec {
                 let raw = instantiate_raw(graph, self.flags, None)?;
                 // Launches of the new exec are not ordered after those of the old one: wait for
                 // the old one's last launch before anything it uses may be released.
-                self.wait_last_launch()?;
+                if let Err(e) = self.wait_last_launch() {
+                    // SAFETY: made just above, never launched.
+                    let r = check("cuGraphExecDestroy", unsafe {
+                        cuda_sys::cuGraphExecDestroy(raw)
+                    });
+                    self.ctx.inner.record(r);
+                    return Err(e);
+                }
                 // SAFETY: we own the old exec, which no launch uses any more.
                 let r = check("cuGraphExecDestroy", unsafe {
                     cuda_sys::cuGraphExecDestroy(self.raw)
@@ -529,15 +536,17 @@ impl GraphExec {
         }
     }
 
-    /// Waits for the last launch of this exec (launches of one exec run in order).
+    /// Waits for the last launch of this exec (launches of one exec run in order). Only once
+    /// that succeeded is the exec known idle.
     fn wait_last_launch(&mut self) -> Result<()> {
-        if let Some(stream) = self.last_stream.get_mut().take() {
-            self.last_raw.set(0);
+        if let Some(stream) = self.last_stream.get_mut() {
             self.ctx.bind()?;
             // SAFETY: the stream is alive (we hold it).
             check("cuStreamSynchronize", unsafe {
                 cuda_sys::cuStreamSynchronize(stream.raw())
             })?;
+            *self.last_stream.get_mut() = None;
+            self.last_raw.set(0);
             self.retention.idle();
         }
         Ok(())

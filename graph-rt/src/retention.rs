@@ -39,8 +39,8 @@ pub(crate) struct Retention {
     fences: VecDeque<Fence>,
     // Events of released fences, for reuse.
     spare: Vec<Event>,
-    // Replaced while a launch may run, when no fence could be recorded: kept until the exec is
-    // known idle.
+    // Replaced while a launch may run, when no fence could be recorded: kept until a later
+    // fence or until the exec is known idle.
     unfenced: Vec<Resource>,
 }
 
@@ -94,33 +94,59 @@ impl Retention {
             return fence.keep.extend(old);
         }
         self.release_finished();
-        let event = match self.spare.pop() {
-            Some(e) => Ok(e),
-            None => Event::new(&self.ctx, EventFlags::DisableTiming),
-        };
-        match event.and_then(|e| e.record_on(stream).map(|()| e)) {
-            Ok(event) => self.fences.push_back(Fence {
-                event,
-                launch,
-                keep: old.into_iter().collect(),
-            }),
+        match self.fence_after(stream) {
+            // The fence also covers what earlier retirements could not fence: it follows every
+            // launch made before them.
+            Ok(Some(event)) => {
+                let keep = old.into_iter().chain(self.unfenced.drain(..)).collect();
+                self.fences.push_back(Fence {
+                    event,
+                    launch,
+                    keep,
+                })
+            }
+            // The stream captures: no event can be recorded on it, nor can it be waited for.
+            Ok(None) => self.unfenced.extend(old),
             Err(e) => {
-                // Cannot tell when the launch ends: keep them until the exec is known idle.
+                // Cannot tell when the launch ends: wait for it here, else keep them until the
+                // exec is known idle.
                 self.ctx.inner.record(Err(e));
-                self.unfenced.extend(old);
+                match stream.synchronize() {
+                    Ok(()) => drop(old.into_iter()),
+                    Err(e) => {
+                        self.ctx.inner.record(Err(e));
+                        self.unfenced.extend(old);
+                    }
+                }
             }
         }
     }
 
-    /// Releases what completed fences hold, oldest first.
+    /// An event recorded at the current end of `stream`, or `None` while it captures (the
+    /// record would become a node of the user's graph).
+    fn fence_after(&mut self, stream: &StreamInner) -> crate::Result<Option<Event>> {
+        if stream.is_capturing()? {
+            return Ok(None);
+        }
+        let event = match self.spare.pop() {
+            Some(e) => e,
+            None => Event::new(&self.ctx, EventFlags::DisableTiming)?,
+        };
+        event.record_on(stream)?;
+        Ok(Some(event))
+    }
+
+    /// Releases what completed fences hold. The newest completed fence proves every older
+    /// launch finished too (launches of one exec run in order), whatever the older fences'
+    /// streams are still doing.
     fn release_finished(&mut self) {
-        while let Some(fence) = self.fences.front() {
-            if !matches!(fence.event.is_complete(), Ok(true)) {
-                break;
-            }
-            if let Some(fence) = self.fences.pop_front() {
-                self.spare.push(fence.event);
-            }
+        let newest_done = self
+            .fences
+            .iter()
+            .rposition(|f| matches!(f.event.is_complete(), Ok(true)));
+        if let Some(i) = newest_done {
+            let done: Vec<Fence> = self.fences.drain(..=i).collect();
+            self.spare.extend(done.into_iter().map(|f| f.event));
         }
     }
 

@@ -185,6 +185,26 @@ impl StreamInner {
     pub(crate) fn raw(&self) -> CUstream {
         self.raw
     }
+
+    /// Whether the stream is capturing (`cuStreamIsCapturing`): work queued now would be
+    /// recorded into a graph, not run.
+    pub(crate) fn is_capturing(&self) -> Result<bool> {
+        let mut s = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: valid stream (we hold it) and out-pointer.
+        check("cuStreamIsCapturing", unsafe {
+            cuda_sys::cuStreamIsCapturing(self.raw, &mut s)
+        })?;
+        Ok(s != cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+    }
+
+    /// Waits until all work queued on the stream is done (`cuStreamSynchronize`).
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: valid stream (we hold it) of the current context.
+        check("cuStreamSynchronize", unsafe {
+            cuda_sys::cuStreamSynchronize(self.raw)
+        })
+    }
 }
 
 impl Drop for StreamInner {

@@ -7,7 +7,12 @@
 // first lets its dependents launch, then waits until the kernels it depends on
 // have completed and their writes are visible, and only then reads its input.
 // Launched without the attribute both instructions do nothing.
-extern "C" __global__ void add1(const float* __restrict__ x, float* __restrict__ y, int n)
+//
+// No __restrict__ (unlike chain.cu): with it the compiler may read x through
+// the non-coherent path (ld.global.nc), which assumes x does not change while
+// the kernel is resident; here the previous kernel may still be writing x when
+// this one starts, and only griddepcontrol.wait orders the two.
+extern "C" __global__ void add1(const float* x, float* y, int n)
 {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");

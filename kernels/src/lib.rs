@@ -157,6 +157,13 @@ mod tests {
     }
 
     #[test]
+    fn programmatic_kernels_read_through_the_coherent_path() {
+        // A kernel launched before its predecessor finished must not use non-coherent loads.
+        assert!(!CHAIN_PDL.ptx.contains("ld.global.nc"));
+        assert!(CHAIN_PDL.ptx.contains("griddepcontrol.wait;"));
+    }
+
+    #[test]
     fn ptx_has_no_nul() {
         for k in ALL {
             assert!(!k.ptx.contains('\0'), "{}: embedded NUL", k.name);

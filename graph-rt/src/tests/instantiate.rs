@@ -64,7 +64,7 @@ fn auto_free_on_launch_relaunches_a_graph_whose_allocation_is_never_freed() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn device_launch_and_node_priority_execs_replay_right() {
+fn device_launchable_and_node_priority_execs_replay_right_from_the_host() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);

@@ -86,20 +86,34 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
     let first = graph.nodes().unwrap()[0];
     let mut exec = graph.instantiate().unwrap();
     drop(graph);
+    let mut previous: Option<Weak<Allocation>> = None;
     for _ in 0..5 {
         let mut input = buffers(&ctx, 1);
         let x = fresh_input(&mut input[0]);
         // SAFETY: as in capture_chain.
         unsafe { exec.set_kernel_args(first, (&input[0], &bufs[1], N as i32)) }.unwrap();
         exec.launch(&stream).unwrap();
-        // Rebind while the 200-kernel launch runs, and drop the input it reads.
+        // Rebind while the 200-kernel launch may run, and drop the input it reads: the exec
+        // must hold it (dropping the handle alone would wait for the device: cuMemFree).
         let mut next = buffers(&ctx, 1);
         // SAFETY: as in capture_chain.
         unsafe { exec.set_kernel_args(first, (&next[0], &bufs[1], N as i32)) }.unwrap();
+        // That change, the first after a new launch, released what finished launches read: the
+        // previous step's input.
+        if let Some(w) = previous.take() {
+            assert!(
+                w.upgrade().is_none(),
+                "a replaced input outlived its launches"
+            );
+        }
+        let w = Arc::downgrade(input[0].allocation());
         drop(input);
+        assert!(w.upgrade().is_some(), "released while a launch may read it");
+        previous = Some(w);
         drop(next.pop());
         stream.synchronize().unwrap();
         check_chain(&bufs[200], &x, 200);
     }
     drop(exec);
+    assert!(previous.is_some_and(|w| w.upgrade().is_none()));
 }
