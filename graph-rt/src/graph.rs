@@ -432,22 +432,44 @@ impl Graph {
 
     /// Makes each node of `to` depend on the node of `from` at the same index.
     pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
+        // SAFETY: full dependencies order everything; no kernel contract changes.
+        unsafe { self.add_dependencies_of_kind(from, to, EdgeKind::Full) }
+    }
+
+    /// Makes each node of `to` depend on the node of `from` at the same index, in the way `kind`
+    /// says (`cuGraphAddDependencies_v2`). Programmatic and launch-order edges join two kernel
+    /// nodes (the driver refuses others).
+    ///
+    /// # Safety
+    /// With [`EdgeKind::Programmatic`] or [`EdgeKind::LaunchOrder`] the kernel of each `to` node
+    /// may start before its `from` node has finished: it must execute `griddepcontrol.wait`
+    /// (`cudaGridDependencySynchronize()`) before it reads anything the `from` kernel writes, as
+    /// `kernels::CHAIN_PDL` does. [`EdgeKind::Full`] has no such contract.
+    pub unsafe fn add_dependencies_of_kind(
+        &mut self,
+        from: &[Node],
+        to: &[Node],
+        kind: EdgeKind,
+    ) -> Result<()> {
+        const CALL: &str = "cuGraphAddDependencies";
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock("cuGraphAddDependencies")?;
+        let _guard = handle.lock(CALL)?;
         if from.len() != to.len() {
-            return Err(Error::invalid(
-                "cuGraphAddDependencies",
-                format!("{} sources for {} targets", from.len(), to.len()),
-            ));
+            let reason = format!("{} sources for {} targets", from.len(), to.len());
+            return Err(Error::invalid(CALL, reason));
         }
         let id = self.handle.id;
-        let (f, t) = (
-            raw_nodes(from, id, "cuGraphAddDependencies")?,
-            raw_nodes(to, id, "cuGraphAddDependencies")?,
-        );
-        // SAFETY: equal-length arrays of nodes of this graph.
-        check("cuGraphAddDependencies", unsafe {
-            cuda_sys::cuGraphAddDependencies(self.raw, f.as_ptr(), t.as_ptr(), f.len())
+        let (f, t) = (raw_nodes(from, id, CALL)?, raw_nodes(to, id, CALL)?);
+        let data = vec![cuda_sys::CUgraphEdgeData::from(kind); f.len()];
+        // SAFETY: three equal-length arrays; nodes of this graph.
+        check(CALL, unsafe {
+            cuda_sys::cuGraphAddDependencies_v2(
+                self.raw,
+                f.as_ptr(),
+                t.as_ptr(),
+                data.as_ptr(),
+                f.len(),
+            )
         })
     }
 

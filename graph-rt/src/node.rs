@@ -147,6 +147,37 @@ impl From<cuda_sys::CUgraphEdgeData> for EdgeKind {
     }
 }
 
+impl From<EdgeKind> for cuda_sys::CUgraphEdgeData {
+    fn from(kind: EdgeKind) -> Self {
+        use cuda_sys::CUgraphDependencyType as T;
+        let programmatic = T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0 as u8;
+        let (from_port, to_port, type_) = match kind {
+            EdgeKind::Full => (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT as u8, 0, 0),
+            EdgeKind::Programmatic => (
+                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+                0,
+                programmatic,
+            ),
+            EdgeKind::LaunchOrder => (
+                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER as u8,
+                0,
+                programmatic,
+            ),
+            EdgeKind::Other {
+                from_port,
+                to_port,
+                dependency_type,
+            } => (from_port, to_port, dependency_type),
+        };
+        Self {
+            from_port,
+            to_port,
+            type_,
+            ..Default::default()
+        }
+    }
+}
+
 pub(crate) fn kernel_params(
     f: &Function,
     c: &LaunchConfig,
@@ -235,6 +266,13 @@ mod tests {
             )),
             EdgeKind::LaunchOrder
         );
+        for kind in [
+            EdgeKind::Full,
+            EdgeKind::Programmatic,
+            EdgeKind::LaunchOrder,
+        ] {
+            assert_eq!(EdgeKind::from(CUgraphEdgeData::from(kind)), kind);
+        }
         assert_eq!(
             EdgeKind::from(data(7, 3)),
             EdgeKind::Other {

@@ -108,3 +108,33 @@ fn plain_capture_makes_full_edges() {
     assert_eq!(edges.len(), 2);
     assert!(edges.iter().all(|e| e.kind == EdgeKind::Full));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU of compute capability 9.0+"]
+fn explicit_programmatic_edges_replay_right() {
+    let ctx = capturing_ctx();
+    let f = add1_pdl(&ctx);
+    let stream = Stream::new(&ctx).unwrap();
+    let mut bufs = buffers(&ctx, 3);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut graph = crate::Graph::new(&ctx).unwrap();
+    // SAFETY: add1 touches N elements of two distinct N-element buffers.
+    let a = unsafe { graph.add_kernel(&[], &f, &cfg, (&bufs[0], &bufs[1], N as i32)) }.unwrap();
+    // SAFETY: as above.
+    let b = unsafe { graph.add_kernel(&[], &f, &cfg, (&bufs[1], &bufs[2], N as i32)) }.unwrap();
+    // SAFETY: CHAIN_PDL's add1 waits (griddepcontrol.wait) before reading its input.
+    unsafe { graph.add_dependencies_of_kind(&[a], &[b], EdgeKind::Programmatic) }.unwrap();
+    let edges = graph.edges().unwrap();
+    assert_eq!(edges.len(), 1);
+    assert_eq!(
+        (edges[0].from, edges[0].to, edges[0].kind),
+        (a, b, EdgeKind::Programmatic)
+    );
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..20 {
+        check_on_fresh_input(&mut bufs, |_| {
+            exec.launch(&stream).unwrap();
+            stream.synchronize().unwrap();
+        });
+    }
+}
