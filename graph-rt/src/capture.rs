@@ -314,12 +314,7 @@ impl Stream {
 
     /// Whether the stream is capturing (`cuStreamIsCapturing`).
     pub fn capture_status(&self) -> Result<CaptureStatus> {
-        let mut s = CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: valid stream and out-pointer.
-        check("cuStreamIsCapturing", unsafe {
-            cuda_sys::cuStreamIsCapturing(self.as_raw(), &mut s)
-        })?;
-        Ok(match s {
+        Ok(match self.inner().capture_status()? {
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
             CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
                 CaptureStatus::Invalidated

@@ -84,11 +84,7 @@ impl Event {
 
     /// Records the event at the current end of `stream` (`cuEventRecord`).
     pub fn record(&self, stream: &Stream) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: valid event and stream.
-        check("cuEventRecord", unsafe {
-            cuda_sys::cuEventRecord(self.raw, stream.as_raw())
-        })
+        self.record_on(stream.inner())
     }
 
     /// Records the event at the current end of a stream graph-rt holds.

@@ -540,11 +540,7 @@ impl GraphExec {
     /// that succeeded is the exec known idle.
     fn wait_last_launch(&mut self) -> Result<()> {
         if let Some(stream) = self.last_stream.get_mut() {
-            self.ctx.bind()?;
-            // SAFETY: the stream is alive (we hold it).
-            check("cuStreamSynchronize", unsafe {
-                cuda_sys::cuStreamSynchronize(stream.raw())
-            })?;
+            stream.synchronize()?;
             *self.last_stream.get_mut() = None;
             self.last_raw.set(0);
             self.retention.idle();

@@ -125,7 +125,8 @@ impl Retention {
     /// An event recorded at the current end of `stream`, or `None` while it captures (the
     /// record would become a node of the user's graph).
     fn fence_after(&mut self, stream: &StreamInner) -> crate::Result<Option<Event>> {
-        if stream.is_capturing()? {
+        let none = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        if stream.capture_status()? != none {
             return Ok(None);
         }
         let event = match self.spare.pop() {

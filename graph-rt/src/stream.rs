@@ -133,6 +133,10 @@ impl Stream {
         self.inner.clone()
     }
 
+    pub(crate) fn inner(&self) -> &StreamInner {
+        &self.inner
+    }
+
     /// The stream's priority (`cuStreamGetPriority`).
     pub fn priority(&self) -> Result<i32> {
         let mut p = 0;
@@ -145,11 +149,7 @@ impl Stream {
 
     /// Waits until all work queued on the stream is done (`cuStreamSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
-        self.context().bind()?;
-        // SAFETY: valid stream of the current context.
-        check("cuStreamSynchronize", unsafe {
-            cuda_sys::cuStreamSynchronize(self.as_raw())
-        })
+        self.inner.synchronize()
     }
 
     /// Whether all queued work is done (`cuStreamQuery`), without waiting.
@@ -186,15 +186,15 @@ impl StreamInner {
         self.raw
     }
 
-    /// Whether the stream is capturing (`cuStreamIsCapturing`): work queued now would be
-    /// recorded into a graph, not run.
-    pub(crate) fn is_capturing(&self) -> Result<bool> {
+    /// The stream's capture status (`cuStreamIsCapturing`): while not `NONE`, work queued on
+    /// it is recorded into a graph, not run.
+    pub(crate) fn capture_status(&self) -> Result<cuda_sys::CUstreamCaptureStatus> {
         let mut s = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: valid stream (we hold it) and out-pointer.
         check("cuStreamIsCapturing", unsafe {
             cuda_sys::cuStreamIsCapturing(self.raw, &mut s)
         })?;
-        Ok(s != cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE)
+        Ok(s)
     }
 
     /// Waits until all work queued on the stream is done (`cuStreamSynchronize`).

@@ -1,20 +1,15 @@
 //! The workload most graph tests share: chains of `add1` (`kernels::CHAIN`) over buffers of `N`
 //! floats, kernel k reading buffer k and writing buffer k + 1, checked against `x + steps`.
 
-use super::{assert_close, random_f32};
-use crate::{
-    CaptureMode, Context, DeviceBuffer, Function, Graph, GraphExec, LaunchConfig, Module, Stream,
-};
+use super::{assert_close, function, random_f32};
+use crate::{CaptureMode, Context, DeviceBuffer, Function, Graph, GraphExec, LaunchConfig, Stream};
 
 /// Floats per buffer.
 pub(crate) const N: usize = 4096;
 
 /// `add1(const float* x, float* y, int n)` of `kernels::CHAIN`.
 pub(crate) fn add1(ctx: &Context) -> Function {
-    Module::from_ptx(ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap()
+    function(ctx, &graph_rt_kernels::CHAIN, "add1")
 }
 
 /// `count` buffers of `N` floats (contents undefined).

@@ -2,8 +2,8 @@
 
 use cudarc::driver::{CudaContext, PushKernelArg};
 
-use super::{assert_close, random_f32};
-use crate::{CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, Module, Stream};
+use super::{assert_close, function, random_f32};
+use crate::{CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, Stream};
 
 const N: usize = 4096;
 
@@ -53,10 +53,7 @@ fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
 
     // What to do: move the slices into graph-rt (no copy), then capture on the same stream.
     let ctx = Context::from_cudarc(&cctx).unwrap();
-    let f = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap();
+    let f = function(&ctx, &graph_rt_kernels::CHAIN, "add1");
     let x = DeviceBuffer::from_cudarc(&ctx, x).unwrap();
     let y = DeviceBuffer::from_cudarc(&ctx, y).unwrap();
     let graph = stream

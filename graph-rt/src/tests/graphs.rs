@@ -4,18 +4,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::chain::{add1, buffers, capture_chain, check_chain, fresh_input, replay, N};
-use super::{assert_close, capturing_ctx};
+use super::{assert_close, capturing_ctx, function};
 use crate::{
-    CaptureMode, CaptureStatus, Context, DeviceBuffer, Error, Event, EventFlags, ExecUpdate,
-    Function, Graph, InstantiateOptions, LaunchConfig, Module, NodeKind, Stream, UpdateFailureKind,
+    CaptureMode, CaptureStatus, DeviceBuffer, Error, Event, EventFlags, ExecUpdate, Graph,
+    InstantiateOptions, LaunchConfig, NodeKind, Stream, UpdateFailureKind,
 };
-
-fn axpy(ctx: &Context) -> Function {
-    Module::from_ptx(ctx, graph_rt_kernels::AXPY.ptx)
-        .unwrap()
-        .function("axpy_f32")
-        .unwrap()
-}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -221,7 +214,10 @@ fn fork_join_over_three_streams_replays_right() {
         Stream::new(&ctx).unwrap(),
         Stream::new(&ctx).unwrap(),
     );
-    let (f, g) = (add1(&ctx), axpy(&ctx));
+    let (f, g) = (
+        add1(&ctx),
+        function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32"),
+    );
     let x = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
     let (mut a, mut b, mut c) = (
         buffers(&ctx, 1).remove(0),
@@ -270,7 +266,10 @@ fn fork_join_over_three_streams_replays_right() {
 fn explicit_graph_with_every_node_kind() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let (f, g) = (add1(&ctx), axpy(&ctx));
+    let (f, g) = (
+        add1(&ctx),
+        function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32"),
+    );
     let cfg = LaunchConfig::for_elements(N, 256);
     let (x, mut y, mut z) = (
         DeviceBuffer::<f32>::alloc(&ctx, N).unwrap(),

@@ -1,7 +1,7 @@
 //! Every shipped kernel loads and computes the CPU reference's values on fresh random inputs,
 //! with outputs poisoned (NaN) before the run.
 
-use super::{assert_close, ctx, random_f32};
+use super::{assert_close, ctx, function, random_f32};
 use crate::{DeviceBuffer, LaunchConfig, Module, Stream};
 
 const NAN: u32 = 0x7fc0_0000;
@@ -37,10 +37,7 @@ fn every_shipped_kernel_loads() {
 fn add1_matches_cpu() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let f = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)
-        .unwrap()
-        .function("add1")
-        .unwrap();
+    let f = function(&ctx, &graph_rt_kernels::CHAIN, "add1");
     for n in [1usize, 255, 4096, 100_001] {
         let x = random_f32(n);
         let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
@@ -67,10 +64,7 @@ fn add1_matches_cpu() {
 fn axpy_matches_cpu() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let f = Module::from_ptx(&ctx, graph_rt_kernels::AXPY.ptx)
-        .unwrap()
-        .function("axpy_f32")
-        .unwrap();
+    let f = function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32");
     for (n, blocks) in [(1usize, 1u32), (1000, 3), (1 << 20, 1024)] {
         let (x, y) = (random_f32(n), random_f32(n));
         let a = rand::random::<f32>() * 4.0 - 2.0;
@@ -101,10 +95,7 @@ fn axpy_matches_cpu() {
 fn block_sum_matches_cpu() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let f = Module::from_ptx(&ctx, graph_rt_kernels::REDUCE.ptx)
-        .unwrap()
-        .function("block_sum_f32")
-        .unwrap();
+    let f = function(&ctx, &graph_rt_kernels::REDUCE, "block_sum_f32");
     for (n, blocks, threads) in [(1usize, 1u32, 32u32), (1000, 4, 96), (1 << 22, 132, 1024)] {
         let x = random_f32(n);
         let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
@@ -141,10 +132,7 @@ fn block_sum_matches_cpu() {
 fn rmsnorm_matches_cpu() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let f = Module::from_ptx(&ctx, graph_rt_kernels::RMSNORM.ptx)
-        .unwrap()
-        .function("rmsnorm_f32")
-        .unwrap();
+    let f = function(&ctx, &graph_rt_kernels::RMSNORM, "rmsnorm_f32");
     for (rows, cols, threads) in [(1usize, 1usize, 32u32), (7, 1000, 256), (64, 4096, 1024)] {
         let (x, w) = (random_f32(rows * cols), random_f32(cols));
         let eps = 1e-5f32;

@@ -15,7 +15,7 @@ mod runtime;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rand::Rng;
 
-use crate::Context;
+use crate::{Context, Function, Module};
 
 /// A capture in global mode makes the driver refuse allocations and synchronous copies in every
 /// thread of the process, and such a call from another thread invalidates the capture. Tests that
@@ -59,6 +59,14 @@ pub(crate) fn capturing_ctx() -> TestContext {
 #[cfg(feature = "cudarc")]
 pub(crate) fn exclusive() -> RwLockWriteGuard<'static, ()> {
     GPU.write()
+}
+
+/// Function `name` of the shipped kernel module `kernel`, loaded in `ctx`.
+pub(crate) fn function(ctx: &Context, kernel: &graph_rt_kernels::Kernel, name: &str) -> Function {
+    Module::from_ptx(ctx, kernel.ptx)
+        .unwrap_or_else(|e| panic!("{}: {e}", kernel.name))
+        .function(name)
+        .unwrap()
 }
 
 /// `n` fresh random floats in [-1, 1).

@@ -2,8 +2,8 @@
 //! the programmatic edges a capture makes, and rebinding such nodes.
 
 use super::chain::{add1, buffers, capture_chain, capture_chain_with, check_chain, N};
-use super::{capturing_ctx, random_f32};
-use crate::{Context, DeviceBuffer, EdgeKind, ExecUpdate, Function, LaunchConfig, Module, Stream};
+use super::{capturing_ctx, function, random_f32};
+use crate::{Context, DeviceBuffer, EdgeKind, ExecUpdate, Function, LaunchConfig, Stream};
 
 /// `CHAIN_PDL`'s `add1`. On a GPU older than compute capability 9.0 the test fails saying so
 /// (it does not pass without testing anything).
@@ -14,8 +14,7 @@ fn add1_pdl(ctx: &Context) -> Function {
         cc >= (major as i32, minor as i32),
         "programmatic dependent launch needs compute capability 9.0; this GPU is {cc:?}"
     );
-    let module = Module::from_ptx(ctx, graph_rt_kernels::CHAIN_PDL.ptx).unwrap();
-    module.function("add1").unwrap()
+    function(ctx, &graph_rt_kernels::CHAIN_PDL, "add1")
 }
 
 fn config() -> LaunchConfig {

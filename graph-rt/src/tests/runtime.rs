@@ -1,16 +1,9 @@
 //! Contexts, streams, events, modules and launch errors.
 
-use super::{ctx, random_f32};
+use super::{ctx, function, random_f32};
 use crate::{
     Device, DeviceBuffer, Error, Event, EventFlags, LaunchConfig, Module, Stream, StreamFlags,
 };
-
-fn axpy(ctx: &crate::Context) -> crate::Function {
-    Module::from_ptx(ctx, graph_rt_kernels::AXPY.ptx)
-        .unwrap()
-        .function("axpy_f32")
-        .unwrap()
-}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -49,7 +42,7 @@ fn streams_priorities_and_cross_stream_waits() {
     assert_eq!(hi.priority().unwrap(), greatest);
     assert_eq!(lo.priority().unwrap(), least);
     // Work on `hi` then `lo` waiting for it: lo sees hi's result.
-    let f = axpy(&ctx);
+    let f = function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32");
     let n = 1 << 20;
     let x = random_f32(n);
     let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
@@ -81,7 +74,7 @@ fn streams_priorities_and_cross_stream_waits() {
 fn events_time_a_known_kernel() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let f = axpy(&ctx);
+    let f = function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32");
     let n = 1usize << 26; // 256 MiB per buffer; axpy moves 3 × 256 MiB
     let dx = DeviceBuffer::<f32>::zeroed(&ctx, n).unwrap();
     let mut dy = DeviceBuffer::<f32>::zeroed(&ctx, n).unwrap();
@@ -129,7 +122,7 @@ fn events_time_a_known_kernel() {
 fn invalid_launch_configuration_names_the_call_and_reason() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let f = axpy(&ctx);
+    let f = function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32");
     let dx = DeviceBuffer::<f32>::zeroed(&ctx, 16).unwrap();
     let mut dy = DeviceBuffer::<f32>::zeroed(&ctx, 16).unwrap();
     // SAFETY: the launch is rejected before any kernel runs.
@@ -197,7 +190,7 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
         return;
     }
     let stream = Stream::new(&ctx).unwrap();
-    let f = axpy(&ctx);
+    let f = function(&ctx, &graph_rt_kernels::AXPY, "axpy_f32");
     let n = 4096;
     let x = random_f32(n);
     let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
