@@ -170,26 +170,24 @@ mod tests {
         }
     }
 
+    include!(concat!(env!("OUT_DIR"), "/ptx_files.rs"));
+
     #[test]
     fn all_lists_every_ptx_file() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ptx");
-        let on_disk: BTreeSet<String> = std::fs::read_dir(&dir)
-            .expect("read kernels/ptx")
-            .map(|e| e.expect("dir entry").file_name().into_string().unwrap())
-            .filter(|n| n != "MANIFEST")
-            .collect();
-        let listed: BTreeSet<String> = ALL.iter().map(|k| format!("{}.ptx", k.name)).collect();
+        let on_disk: BTreeSet<&str> = PTX_FILES.iter().map(|(stem, _)| *stem).collect();
+        let listed: BTreeSet<&str> = ALL.iter().map(|k| k.name).collect();
         assert_eq!(listed.len(), ALL.len(), "duplicate names in ALL");
         assert_eq!(on_disk, listed);
     }
 
     #[test]
     fn embedded_ptx_matches_files() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("ptx");
         for k in ALL {
-            let path = dir.join(format!("{}.ptx", k.name));
-            let text = std::fs::read_to_string(&path).expect("read ptx");
-            assert_eq!(text, k.ptx, "{}: name does not match file", k.name);
+            let (_, text) = PTX_FILES
+                .iter()
+                .find(|(stem, _)| *stem == k.name)
+                .unwrap_or_else(|| panic!("{}: no ptx/{}.ptx", k.name, k.name));
+            assert_eq!(*text, k.ptx, "{}: name does not match file", k.name);
         }
     }
 }
