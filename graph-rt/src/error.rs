@@ -40,6 +40,16 @@ pub enum Error {
     /// The driver library, or a function of it, is not available.
     #[error(transparent)]
     Load(#[from] LoadError),
+    /// A per-node change names a node whose counterpart in the exec is not known: after an
+    /// in-place update from a graph whose nodes cannot be paired with certainty (see
+    /// `GraphExec::update`). Nothing was changed.
+    #[error("{call}: {reason}")]
+    NodeIdentityUnknown {
+        /// The graph-rt or driver function the node was for.
+        call: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// An argument graph-rt checks itself is invalid; nothing was sent to the driver.
     #[error("{call}: {reason}")]
     InvalidArgument {
@@ -71,7 +81,8 @@ impl Error {
         match self {
             Error::Driver { call, .. }
             | Error::Capture { call, .. }
-            | Error::InvalidArgument { call, .. } => Some(call),
+            | Error::InvalidArgument { call, .. }
+            | Error::NodeIdentityUnknown { call, .. } => Some(call),
             Error::Load(_) => None,
         }
     }

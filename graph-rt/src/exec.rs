@@ -14,7 +14,7 @@ use cuda_sys::{
 use crate::context::Context;
 use crate::error::{check, Error, Result};
 use crate::graph::{
-    copy_params, kernel_params, memset_params, nodes_of, Graph, GraphHandle, KernelInfo, Node,
+    chain_order, copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
 };
 use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
 use crate::memory::DeviceBuffer;
@@ -199,26 +199,42 @@ fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result
     Ok(raw)
 }
 
-/// The node of `source` paired with the exec's `node` of `ours` (creation order); all nodes are
-/// paired on first use, after each update.
+/// The node of `source` that holds the current parameters of the exec's `node` of `ours`, after
+/// an in-place update from `source`. `cuGraphExecUpdate` pairs nodes by creation order, which
+/// CUDA does not let us read back for every graph; it is certain only where the topology leaves
+/// one choice: a chain. For any other shape the identity is unknown and the call is refused.
+/// All nodes are paired on first use after each update.
 fn paired(
     pairing: &mut AddrMap<CUgraphNode>,
     ours: &GraphHandle,
     source: &GraphHandle,
     node: Node,
+    call: &'static str,
 ) -> Result<CUgraphNode> {
     if pairing.is_empty() {
-        let nodes = |g: &GraphHandle| {
-            let _guard = g.lock("cuGraphGetNodes")?;
-            nodes_of(g.raw(), g.id)
+        let chain = |g: &GraphHandle| {
+            let _guard = g.lock("cuGraphGetEdges")?;
+            chain_order(g.raw(), g.id)
         };
-        let (ours, theirs) = (nodes(ours)?, nodes(source)?);
-        pairing.extend(ours.iter().zip(&theirs).map(|(o, t)| (o.key(), t.raw)));
+        match (chain(ours)?, chain(source)?) {
+            (Some(ours), Some(theirs)) if ours.len() == theirs.len() => {
+                pairing.extend(ours.iter().zip(&theirs).map(|(o, t)| (*o as usize, *t)));
+            }
+            _ => {
+                return Err(Error::NodeIdentityUnknown {
+                    call,
+                    reason: "the exec was updated in place from a graph that is not a single chain, \
+                             so which of its nodes now holds this node's parameters is not known; \
+                             set the parameters in the graph and update again, or instantiate it anew"
+                        .into(),
+                })
+            }
+        }
     }
     pairing
         .get(&node.key())
         .copied()
-        .ok_or_else(|| Error::invalid("cuGraphExecUpdate", "node pairing lost"))
+        .ok_or_else(|| Error::invalid(call, "node pairing lost"))
 }
 
 /// The exec's last launch, unless it is known finished.
@@ -311,7 +327,10 @@ impl GraphExec {
         };
         let (source, graph) = match &self.params_source {
             None => (raw, &self.graph),
-            Some(src) => (paired(&mut self.pairing, &self.graph, src, node)?, src),
+            Some(src) => (
+                paired(&mut self.pairing, &self.graph, src, node, call)?,
+                src,
+            ),
         };
         let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
         let guard = graph.lock("cuGraphKernelNodeGetParams")?;

@@ -484,35 +484,7 @@ impl Graph {
     pub fn edges(&self) -> Result<Vec<Edge>> {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock("cuGraphGetEdges")?;
-        use std::ptr::null_mut as null;
-        let mut n = 0;
-        // SAFETY: null arrays ask for the count.
-        check("cuGraphGetEdges", unsafe {
-            cuda_sys::cuGraphGetEdges_v2(self.raw, null(), null(), null(), &mut n)
-        })?;
-        let (mut from, mut to) = (vec![null(); n], vec![null(); n]);
-        let mut data = vec![cuda_sys::CUgraphEdgeData::default(); n];
-        // SAFETY: the three arrays hold n entries each.
-        check("cuGraphGetEdges", unsafe {
-            cuda_sys::cuGraphGetEdges_v2(
-                self.raw,
-                from.as_mut_ptr(),
-                to.as_mut_ptr(),
-                data.as_mut_ptr(),
-                &mut n,
-            )
-        })?;
-        let graph = self.handle.id;
-        Ok((0..n.min(from.len()))
-            .map(|i| Edge {
-                from: Node {
-                    raw: from[i],
-                    graph,
-                },
-                to: Node { raw: to[i], graph },
-                kind: data[i].into(),
-            })
-            .collect())
+        edges_of(self.raw, self.handle.id)
     }
 
     /// What `node` does.
@@ -571,4 +543,66 @@ pub(crate) fn nodes_of(graph: CUgraph, id: u64) -> Result<Vec<Node>> {
     })?;
     raw.truncate(n);
     Ok(raw.into_iter().map(|raw| Node { raw, graph: id }).collect())
+}
+
+/// The edges of a graph (`cuGraphGetEdges_v2`); the caller holds the graph's lock.
+pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
+    use std::ptr::null_mut as null;
+    let mut n = 0;
+    // SAFETY: null arrays ask for the count.
+    check("cuGraphGetEdges", unsafe {
+        cuda_sys::cuGraphGetEdges_v2(graph, null(), null(), null(), &mut n)
+    })?;
+    let (mut from, mut to) = (vec![null(); n], vec![null(); n]);
+    let mut data = vec![cuda_sys::CUgraphEdgeData::default(); n];
+    // SAFETY: the three arrays hold n entries each.
+    check("cuGraphGetEdges", unsafe {
+        cuda_sys::cuGraphGetEdges_v2(
+            graph,
+            from.as_mut_ptr(),
+            to.as_mut_ptr(),
+            data.as_mut_ptr(),
+            &mut n,
+        )
+    })?;
+    let node = |raw| Node { raw, graph: id };
+    Ok((0..n.min(from.len()))
+        .map(|i| Edge {
+            from: node(from[i]),
+            to: node(to[i]),
+            kind: data[i].into(),
+        })
+        .collect())
+}
+
+/// The nodes of a graph that is one chain (each node waits for at most one other and at most
+/// one waits for it, all connected), in chain order; `None` for any other shape.
+pub(crate) fn chain_order(graph: CUgraph, id: u64) -> Result<Option<Vec<CUgraphNode>>> {
+    let nodes = nodes_of(graph, id)?;
+    let edges = edges_of(graph, id)?;
+    if nodes.is_empty() || edges.len() + 1 != nodes.len() {
+        return Ok((nodes.is_empty()).then(Vec::new));
+    }
+    let mut next = HashMap::with_capacity(edges.len());
+    let mut has_pred = std::collections::HashSet::with_capacity(edges.len());
+    for e in &edges {
+        if next.insert(e.from.raw as usize, e.to.raw).is_some()
+            || !has_pred.insert(e.to.raw as usize)
+        {
+            return Ok(None);
+        }
+    }
+    let mut roots = nodes
+        .iter()
+        .filter(|n| !has_pred.contains(&(n.raw as usize)));
+    let (Some(root), None) = (roots.next(), roots.next()) else {
+        return Ok(None);
+    };
+    let mut order = Vec::with_capacity(nodes.len());
+    let mut at = Some(root.raw);
+    while let Some(raw) = at {
+        order.push(raw);
+        at = next.get(&(raw as usize)).copied();
+    }
+    Ok((order.len() == nodes.len()).then_some(order))
 }

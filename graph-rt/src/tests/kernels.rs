@@ -92,7 +92,7 @@ fn axpy_matches_cpu() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn block_sum_matches_cpu() {
+fn shmem_block_sum_matches_cpu() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = function(&ctx, &graph_rt_kernels::REDUCE, "block_sum_f32");
@@ -129,7 +129,7 @@ fn block_sum_matches_cpu() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn rmsnorm_matches_cpu() {
+fn shmem_rmsnorm_matches_cpu() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = function(&ctx, &graph_rt_kernels::RMSNORM, "rmsnorm_f32");
