@@ -13,6 +13,9 @@ The ABI version of each function comes from cudaTypedefs.h, which declares one `
 typedef per ABI variant of every driver entry point. The exported name tells which variant the
 header declares: `cuFoo` is the first variant, `cuFoo_vK` the K-th. The parameter count and names
 of the chosen typedef are checked against bindgen's declaration; a mismatch stops the generator.
+Every CUresult typedef of cudaTypedefs.h must parse (see typedef_variants for the spellings), and
+every function bindgen sees must get a typedef or be listed in UNREACHABLE with the reason, so
+functions.rs covers the whole header.
 """
 import argparse
 import os

@@ -50,6 +50,8 @@ crate::driver_api! {
     fn cuCtxGetStreamPriorityRange("cuCtxGetStreamPriorityRange", 5050, "cuCtxGetStreamPriorityRange")(leastPriority: *mut ::core::ffi::c_int, greatestPriority: *mut ::core::ffi::c_int) -> CUresult;
     fn cuCtxResetPersistingL2Cache("cuCtxResetPersistingL2Cache", 11000, "cuCtxResetPersistingL2Cache")() -> CUresult;
     fn cuCtxGetExecAffinity("cuCtxGetExecAffinity", 11040, "cuCtxGetExecAffinity")(pExecAffinity: *mut CUexecAffinityParam, type_: CUexecAffinityType) -> CUresult;
+    fn cuCtxRecordEvent("cuCtxRecordEvent", 12050, "cuCtxRecordEvent")(hCtx: CUcontext, hEvent: CUevent) -> CUresult;
+    fn cuCtxWaitEvent("cuCtxWaitEvent", 12050, "cuCtxWaitEvent")(hCtx: CUcontext, hEvent: CUevent) -> CUresult;
     fn cuCtxAttach("cuCtxAttach", 2000, "cuCtxAttach")(pctx: *mut CUcontext, flags: ::core::ffi::c_uint) -> CUresult;
     fn cuCtxDetach("cuCtxDetach", 2000, "cuCtxDetach")(ctx: CUcontext) -> CUresult;
     fn cuCtxGetSharedMemConfig("cuCtxGetSharedMemConfig", 4020, "cuCtxGetSharedMemConfig")(pConfig: *mut CUsharedconfig) -> CUresult;
@@ -61,6 +63,8 @@ crate::driver_api! {
     fn cuModuleUnload("cuModuleUnload", 2000, "cuModuleUnload")(hmod: CUmodule) -> CUresult;
     fn cuModuleGetLoadingMode("cuModuleGetLoadingMode", 11070, "cuModuleGetLoadingMode")(mode: *mut CUmoduleLoadingMode) -> CUresult;
     fn cuModuleGetFunction("cuModuleGetFunction", 2000, "cuModuleGetFunction")(hfunc: *mut CUfunction, hmod: CUmodule, name: *const ::core::ffi::c_char) -> CUresult;
+    fn cuModuleGetFunctionCount("cuModuleGetFunctionCount", 12040, "cuModuleGetFunctionCount")(count: *mut ::core::ffi::c_uint, mod_: CUmodule) -> CUresult;
+    fn cuModuleEnumerateFunctions("cuModuleEnumerateFunctions", 12040, "cuModuleEnumerateFunctions")(functions: *mut CUfunction, numFunctions: ::core::ffi::c_uint, mod_: CUmodule) -> CUresult;
     fn cuModuleGetGlobal("cuModuleGetGlobal", 3020, "cuModuleGetGlobal_v2")(dptr: *mut CUdeviceptr, bytes: *mut usize, hmod: CUmodule, name: *const ::core::ffi::c_char) -> CUresult;
     fn cuLinkCreate("cuLinkCreate", 6050, "cuLinkCreate_v2")(numOptions: ::core::ffi::c_uint, options: *mut CUjit_option, optionValues: *mut *mut ::core::ffi::c_void, stateOut: *mut CUlinkState) -> CUresult;
     fn cuLinkAddData("cuLinkAddData", 6050, "cuLinkAddData_v2")(state: CUlinkState, type_: CUjitInputType, data: *mut ::core::ffi::c_void, size: usize, name: *const ::core::ffi::c_char, numOptions: ::core::ffi::c_uint, options: *mut CUjit_option, optionValues: *mut *mut ::core::ffi::c_void) -> CUresult;
@@ -73,6 +77,8 @@ crate::driver_api! {
     fn cuLibraryLoadFromFile("cuLibraryLoadFromFile", 12000, "cuLibraryLoadFromFile")(library: *mut CUlibrary, fileName: *const ::core::ffi::c_char, jitOptions: *mut CUjit_option, jitOptionsValues: *mut *mut ::core::ffi::c_void, numJitOptions: ::core::ffi::c_uint, libraryOptions: *mut CUlibraryOption, libraryOptionValues: *mut *mut ::core::ffi::c_void, numLibraryOptions: ::core::ffi::c_uint) -> CUresult;
     fn cuLibraryUnload("cuLibraryUnload", 12000, "cuLibraryUnload")(library: CUlibrary) -> CUresult;
     fn cuLibraryGetKernel("cuLibraryGetKernel", 12000, "cuLibraryGetKernel")(pKernel: *mut CUkernel, library: CUlibrary, name: *const ::core::ffi::c_char) -> CUresult;
+    fn cuLibraryGetKernelCount("cuLibraryGetKernelCount", 12040, "cuLibraryGetKernelCount")(count: *mut ::core::ffi::c_uint, lib: CUlibrary) -> CUresult;
+    fn cuLibraryEnumerateKernels("cuLibraryEnumerateKernels", 12040, "cuLibraryEnumerateKernels")(kernels: *mut CUkernel, numKernels: ::core::ffi::c_uint, lib: CUlibrary) -> CUresult;
     fn cuLibraryGetModule("cuLibraryGetModule", 12000, "cuLibraryGetModule")(pMod: *mut CUmodule, library: CUlibrary) -> CUresult;
     fn cuKernelGetFunction("cuKernelGetFunction", 12000, "cuKernelGetFunction")(pFunc: *mut CUfunction, kernel: CUkernel) -> CUresult;
     fn cuKernelGetLibrary("cuKernelGetLibrary", 12050, "cuKernelGetLibrary")(pLib: *mut CUlibrary, kernel: CUkernel) -> CUresult;
@@ -95,6 +101,8 @@ crate::driver_api! {
     fn cuMemHostGetDevicePointer("cuMemHostGetDevicePointer", 3020, "cuMemHostGetDevicePointer_v2")(pdptr: *mut CUdeviceptr, p: *mut ::core::ffi::c_void, Flags: ::core::ffi::c_uint) -> CUresult;
     fn cuMemHostGetFlags("cuMemHostGetFlags", 2030, "cuMemHostGetFlags")(pFlags: *mut ::core::ffi::c_uint, p: *mut ::core::ffi::c_void) -> CUresult;
     fn cuMemAllocManaged("cuMemAllocManaged", 6000, "cuMemAllocManaged")(dptr: *mut CUdeviceptr, bytesize: usize, flags: ::core::ffi::c_uint) -> CUresult;
+    fn cuDeviceRegisterAsyncNotification("cuDeviceRegisterAsyncNotification", 12040, "cuDeviceRegisterAsyncNotification")(device: CUdevice, callbackFunc: CUasyncCallback, userData: *mut ::core::ffi::c_void, callback: *mut CUasyncCallbackHandle) -> CUresult;
+    fn cuDeviceUnregisterAsyncNotification("cuDeviceUnregisterAsyncNotification", 12040, "cuDeviceUnregisterAsyncNotification")(device: CUdevice, callback: CUasyncCallbackHandle) -> CUresult;
     fn cuDeviceGetByPCIBusId("cuDeviceGetByPCIBusId", 4010, "cuDeviceGetByPCIBusId")(dev: *mut CUdevice, pciBusId: *const ::core::ffi::c_char) -> CUresult;
     fn cuDeviceGetPCIBusId("cuDeviceGetPCIBusId", 4010, "cuDeviceGetPCIBusId")(pciBusId: *mut ::core::ffi::c_char, len: ::core::ffi::c_int, dev: CUdevice) -> CUresult;
     fn cuIpcGetEventHandle("cuIpcGetEventHandle", 4010, "cuIpcGetEventHandle")(pHandle: *mut CUipcEventHandle, event: CUevent) -> CUresult;
@@ -419,7 +427,22 @@ crate::driver_api! {
     fn cuGraphicsMapResources("cuGraphicsMapResources", 3000, "cuGraphicsMapResources")(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult;
     fn cuGraphicsUnmapResources("cuGraphicsUnmapResources", 3000, "cuGraphicsUnmapResources")(count: ::core::ffi::c_uint, resources: *mut CUgraphicsResource, hStream: CUstream) -> CUresult;
     fn cuGetProcAddress("cuGetProcAddress", 12000, "cuGetProcAddress_v2")(symbol: *const ::core::ffi::c_char, pfn: *mut *mut ::core::ffi::c_void, cudaVersion: ::core::ffi::c_int, flags: cuuint64_t, symbolStatus: *mut CUdriverProcAddressQueryResult) -> CUresult;
+    fn cuCoredumpGetAttribute("cuCoredumpGetAttribute", 12010, "cuCoredumpGetAttribute")(attrib: CUcoredumpSettings, value: *mut ::core::ffi::c_void, size: *mut usize) -> CUresult;
+    fn cuCoredumpGetAttributeGlobal("cuCoredumpGetAttributeGlobal", 12010, "cuCoredumpGetAttributeGlobal")(attrib: CUcoredumpSettings, value: *mut ::core::ffi::c_void, size: *mut usize) -> CUresult;
+    fn cuCoredumpSetAttribute("cuCoredumpSetAttribute", 12010, "cuCoredumpSetAttribute")(attrib: CUcoredumpSettings, value: *mut ::core::ffi::c_void, size: *mut usize) -> CUresult;
+    fn cuCoredumpSetAttributeGlobal("cuCoredumpSetAttributeGlobal", 12010, "cuCoredumpSetAttributeGlobal")(attrib: CUcoredumpSettings, value: *mut ::core::ffi::c_void, size: *mut usize) -> CUresult;
     fn cuGetExportTable("cuGetExportTable", 3000, "cuGetExportTable")(ppExportTable: *mut *const ::core::ffi::c_void, pExportTableId: *const CUuuid) -> CUresult;
+    fn cuGreenCtxCreate("cuGreenCtxCreate", 12040, "cuGreenCtxCreate")(phCtx: *mut CUgreenCtx, desc: CUdevResourceDesc, dev: CUdevice, flags: ::core::ffi::c_uint) -> CUresult;
+    fn cuGreenCtxDestroy("cuGreenCtxDestroy", 12040, "cuGreenCtxDestroy")(hCtx: CUgreenCtx) -> CUresult;
+    fn cuCtxFromGreenCtx("cuCtxFromGreenCtx", 12040, "cuCtxFromGreenCtx")(pContext: *mut CUcontext, hCtx: CUgreenCtx) -> CUresult;
+    fn cuDeviceGetDevResource("cuDeviceGetDevResource", 12040, "cuDeviceGetDevResource")(device: CUdevice, resource: *mut CUdevResource, type_: CUdevResourceType) -> CUresult;
+    fn cuCtxGetDevResource("cuCtxGetDevResource", 12040, "cuCtxGetDevResource")(hCtx: CUcontext, resource: *mut CUdevResource, type_: CUdevResourceType) -> CUresult;
+    fn cuGreenCtxGetDevResource("cuGreenCtxGetDevResource", 12040, "cuGreenCtxGetDevResource")(hCtx: CUgreenCtx, resource: *mut CUdevResource, type_: CUdevResourceType) -> CUresult;
+    fn cuDevSmResourceSplitByCount("cuDevSmResourceSplitByCount", 12040, "cuDevSmResourceSplitByCount")(result: *mut CUdevResource, nbGroups: *mut ::core::ffi::c_uint, input: *const CUdevResource, remaining: *mut CUdevResource, useFlags: ::core::ffi::c_uint, minCount: ::core::ffi::c_uint) -> CUresult;
+    fn cuDevResourceGenerateDesc("cuDevResourceGenerateDesc", 12040, "cuDevResourceGenerateDesc")(phDesc: *mut CUdevResourceDesc, resources: *mut CUdevResource, nbResources: ::core::ffi::c_uint) -> CUresult;
+    fn cuGreenCtxRecordEvent("cuGreenCtxRecordEvent", 12040, "cuGreenCtxRecordEvent")(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult;
+    fn cuGreenCtxWaitEvent("cuGreenCtxWaitEvent", 12040, "cuGreenCtxWaitEvent")(hCtx: CUgreenCtx, hEvent: CUevent) -> CUresult;
+    fn cuStreamGetGreenCtx("cuStreamGetGreenCtx", 12040, "cuStreamGetGreenCtx")(hStream: CUstream, phCtx: *mut CUgreenCtx) -> CUresult;
     fn cuGreenCtxStreamCreate("cuGreenCtxStreamCreate", 12050, "cuGreenCtxStreamCreate")(phStream: *mut CUstream, greenCtx: CUgreenCtx, flags: ::core::ffi::c_uint, priority: ::core::ffi::c_int) -> CUresult;
     fn cuLogsRegisterCallback("cuLogsRegisterCallback", 12090, "cuLogsRegisterCallback")(callbackFunc: CUlogsCallback, userData: *mut ::core::ffi::c_void, callback_out: *mut CUlogsCallbackHandle) -> CUresult;
     fn cuLogsUnregisterCallback("cuLogsUnregisterCallback", 12090, "cuLogsUnregisterCallback")(callback: CUlogsCallbackHandle) -> CUresult;

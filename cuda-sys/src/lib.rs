@@ -13,6 +13,22 @@
 //! * Enums are newtypes over their integer (`CUresult(pub u32)` with associated constants), so a
 //!   value a newer driver returns and this header does not know is still a valid Rust value.
 //!
+//! # Coverage
+//!
+//! Every driver function `cuda.h` declares is bound (452 for CUDA 12.9), each at the ABI version
+//! of its `PFN_<name>_v<version>` typedef in `cudaTypedefs.h`, which is also the version an
+//! [`LoadError::Unsupported`] reports as needed. Some of those typedefs are spelled unusually
+//! (`typedef CUresult(CUDAAPI *PFN_cuGreenCtxCreate_v12040)`, or named without a version and
+//! given one by a `#define`, as `PFN_cuModuleGetFunctionCount` → `_v12040`); `generate.py`
+//! parses both, and stops if a function ever lacks a typedef instead of guessing its version.
+//!
+//! Functions not bound: none. (`generate.py` keeps such a list, `UNREACHABLE`, with the reason for
+//! each entry, and prints it; this paragraph must name the same functions.) The per-thread
+//! default stream forms (`cuMemcpy_ptds`, `cuStreamQuery_ptsz`, …) are not separate functions
+//! here: `cuda.h` declares them only for the driver's own build, and this crate resolves the
+//! legacy-stream forms (`CU_GET_PROC_ADDRESS_LEGACY_STREAM`); pass cuda.h's
+//! `CU_STREAM_PER_THREAD` handle (`0x2 as CUstream`) as the stream to get per-thread semantics.
+//!
 //! ```no_run
 //! let mut version = 0;
 //! // SAFETY: the pointer is valid for one write.
@@ -40,3 +56,36 @@ pub use loader::{
     driver, format_version, Driver, LoadError, Symbol, HEADER_VERSION, LIBRARY_NAME,
     MIN_DRIVER_VERSION, SIMULATE_VERSION_ENV,
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Functions whose typedefs `generate.py` once failed to parse (green contexts, coredump
+    /// attributes, module and library enumeration, async notifications, context events) are
+    /// bound with the signature and ABI version the header gives them.
+    #[test]
+    fn formerly_untyped_functions_are_bound_at_their_typedef_version() {
+        let _: unsafe fn(CUcontext, CUevent) -> Result<CUresult, LoadError> = cuCtxRecordEvent;
+        let _: unsafe fn(
+            *mut CUgreenCtx,
+            CUdevResourceDesc,
+            CUdevice,
+            core::ffi::c_uint,
+        ) -> Result<CUresult, LoadError> = cuGreenCtxCreate;
+        let table = include_str!("functions.rs");
+        for (name, abi) in [
+            ("cuCtxRecordEvent", 12050),
+            ("cuCtxWaitEvent", 12050),
+            ("cuModuleGetFunctionCount", 12040),
+            ("cuLibraryEnumerateKernels", 12040),
+            ("cuDeviceRegisterAsyncNotification", 12040),
+            ("cuCoredumpSetAttributeGlobal", 12010),
+            ("cuGreenCtxCreate", 12040),
+            ("cuStreamGetGreenCtx", 12040),
+        ] {
+            let line = format!("fn {name}(\"{name}\", {abi}, \"{name}\")(");
+            assert!(table.contains(&line), "{line}");
+        }
+    }
+}
