@@ -140,9 +140,7 @@ fn pdl_kernel(ctx: &Context) -> Option<(Function, LaunchConfig)> {
         .expect("module")
         .function("add1")
         .expect("add1");
-    let cfg = LaunchConfig::for_elements(ELEMS, 256)
-        .programmatic_stream_serialization()
-        .expect("attribute");
+    let cfg = LaunchConfig::for_elements(ELEMS, 256).programmatic_stream_serialization();
     Some((f, cfg))
 }
 

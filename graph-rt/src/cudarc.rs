@@ -15,11 +15,11 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 
-use crate::context::Context;
-use crate::device::Device;
+use crate::driver::Context;
+use crate::driver::Device;
+use crate::driver::DeviceBuffer;
+use crate::driver::Stream;
 use crate::error::Result;
-use crate::memory::DeviceBuffer;
-use crate::stream::Stream;
 
 impl Context {
     /// The context of a cudarc `CudaContext`, which it keeps alive.

@@ -23,33 +23,28 @@
 //! ```
 #![deny(unsafe_op_in_unsafe_fn, missing_docs)]
 
-mod capture;
-mod context;
+// Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
+// <- `graph/` (scripts/check-module-cycles fails CI on a cycle between folders).
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
-mod device;
+mod driver;
 mod error;
-mod event;
-mod exec;
 mod graph;
 mod launch;
-mod memory;
-mod module;
-mod node;
-mod retention;
-mod stream;
+mod resource;
 
-pub use capture::{CaptureMode, CaptureScope, CaptureStatus};
-pub use context::{current_raw as current_context_raw, Context};
-pub use device::{driver_version, graph_features, init, Device, Feature};
+pub use driver::{
+    current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
+    Context, Device, DeviceBuffer, Event, EventFlags, Feature, Function, Module, ParamInfo,
+    PinnedHostBuffer, Stream, StreamFlags,
+};
 pub use error::{check, Error, Result};
-pub use event::{Event, EventFlags};
-pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
-pub use graph::{Edge, EdgeKind, Graph, GraphAllocation, Node, NodeKind};
-pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Launcher, Resource};
-pub use memory::{DeviceBuffer, PinnedHostBuffer};
-pub use module::{Function, Module, ParamInfo};
-pub use stream::{Stream, StreamFlags};
+pub use graph::{
+    CaptureMode, CaptureScope, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation, GraphExec,
+    InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
+};
+pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Launcher};
+pub use resource::Resource;
 
 /// The raw driver bindings this crate is built on.
 pub use cuda_sys as sys;

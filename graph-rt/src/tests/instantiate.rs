@@ -82,8 +82,8 @@ fn device_launchable_and_node_priority_execs_replay_right_from_the_host() {
     };
     for (cfg, options) in [
         (plain, device_launch),
-        (plain.priority(low).unwrap(), node_priority),
-        (plain.priority(high).unwrap(), node_priority),
+        (plain.priority(low), node_priority),
+        (plain.priority(high), node_priority),
     ] {
         let graph = capture_chain_with(&stream, &f, &cfg, &bufs).unwrap();
         let exec = graph.instantiate_with(&options).unwrap();

@@ -18,9 +18,7 @@ fn add1_pdl(ctx: &Context) -> Function {
 }
 
 fn config() -> LaunchConfig {
-    LaunchConfig::for_elements(N, 256)
-        .programmatic_stream_serialization()
-        .unwrap()
+    LaunchConfig::for_elements(N, 256).programmatic_stream_serialization()
 }
 
 /// Writes fresh random floats into `bufs[0]`, poisons the output, runs `run`, and checks that

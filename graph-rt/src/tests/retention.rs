@@ -5,7 +5,7 @@ use std::sync::{Arc, Weak};
 
 use super::capturing_ctx;
 use super::chain::{add1, buffers, capture_chain, check_chain, fresh_input, N};
-use crate::memory::Allocation;
+use crate::driver::Allocation;
 use crate::{DeviceBuffer, ExecUpdate, Stream};
 
 fn weak(bufs: &[DeviceBuffer<f32>]) -> Vec<Weak<Allocation>> {

@@ -195,11 +195,7 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
     let x = random_f32(n);
     let dx = DeviceBuffer::from_host(&ctx, &x).unwrap();
     let mut dy = DeviceBuffer::<f32>::zeroed(&ctx, n).unwrap();
-    let cfg = LaunchConfig::new(8u32, 128u32)
-        .cluster(2u32)
-        .unwrap()
-        .priority(0)
-        .unwrap();
+    let cfg = LaunchConfig::new(8u32, 128u32).cluster(2u32).priority(0);
     // SAFETY: grid-stride over n elements.
     unsafe {
         stream
@@ -214,7 +210,7 @@ fn launch_attributes_go_through_cu_launch_kernel_ex() {
         .zip(&x)
         .all(|(y, x)| *y == 2.0 * x));
     // A cluster that does not divide the grid is refused by the driver, named.
-    let bad = LaunchConfig::new(3u32, 128u32).cluster(2u32).unwrap();
+    let bad = LaunchConfig::new(3u32, 128u32).cluster(2u32);
     // SAFETY: rejected before launch.
     let e = unsafe { stream.launch(&f, &bad, (2.0f32, &dx, &mut dy, n as i32)) }.unwrap_err();
     assert_eq!(e.call(), Some("cuLaunchKernelEx"));

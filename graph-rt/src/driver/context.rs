@@ -5,7 +5,7 @@ use std::sync::Arc;
 use cuda_sys::CUcontext;
 use parking_lot::Mutex;
 
-use crate::device::Device;
+use super::Device;
 use crate::error::{check, Error, Result};
 
 /// A CUDA context. Cloning is cheap and shares it; the primary context is released when the last
@@ -21,7 +21,7 @@ pub(crate) struct ContextInner {
     primary: bool,
     deferred: Mutex<Vec<Error>>,
     // The foreign owner of a wrapped context (a cudarc `CudaContext`), kept alive with it.
-    _owner: Option<crate::launch::Resource>,
+    _owner: Option<crate::resource::Resource>,
 }
 
 // SAFETY: a CUcontext may be used from any thread; graph-rt binds it before each use.
@@ -77,7 +77,7 @@ impl Context {
     pub(crate) unsafe fn from_raw_owned(
         raw: CUcontext,
         device: Device,
-        owner: Option<crate::launch::Resource>,
+        owner: Option<crate::resource::Resource>,
     ) -> Self {
         Self {
             inner: Arc::new(ContextInner {

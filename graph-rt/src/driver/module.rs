@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 
 use cuda_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUmodule};
 
-use crate::context::Context;
+use super::Context;
 use crate::error::{check, Error, Result};
 
 /// A loaded module. Cloning shares it; it is unloaded when the last clone and the last

@@ -11,16 +11,17 @@ use cuda_sys::{
     CUgraphExec, CUgraphExecUpdateResult as R, CUgraphInstantiate_flags as F, CUgraphNode,
 };
 
-use crate::context::Context;
-use crate::error::{check, Error, Result};
-use crate::graph::{
+use super::graph::{
     chain_order, copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
 };
-use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
-use crate::memory::DeviceBuffer;
-use crate::module::Function;
-use crate::retention::{AddrMap, InFlight, Retention};
-use crate::stream::{Stream, StreamInner};
+use super::retention::{AddrMap, InFlight, Retention};
+use crate::driver::Context;
+use crate::driver::DeviceBuffer;
+use crate::driver::Function;
+use crate::driver::{Stream, StreamInner};
+use crate::error::{check, Error, Result};
+use crate::launch::{check_layout, KernelArgs, LaunchConfig};
+use crate::resource::Resource;
 
 /// How to instantiate a graph.
 #[derive(Debug, Clone, Copy, Default)]

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use cuda_sys::{CUevent, CUevent_flags};
 
-use crate::context::Context;
+use super::Context;
+use super::Stream;
 use crate::error::{check, Error, Result};
-use crate::stream::Stream;
 
 /// What an event records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,7 +73,7 @@ impl Event {
     }
 
     /// The event's handle, for graphs to keep alive.
-    pub(crate) fn resource(&self) -> crate::launch::Resource {
+    pub(crate) fn resource(&self) -> crate::resource::Resource {
         self.handle.clone()
     }
 
@@ -88,7 +88,7 @@ impl Event {
     }
 
     /// Records the event at the current end of a stream graph-rt holds.
-    pub(crate) fn record_on(&self, stream: &crate::stream::StreamInner) -> Result<()> {
+    pub(crate) fn record_on(&self, stream: &crate::driver::StreamInner) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: valid event; the caller holds the stream.
         check("cuEventRecord", unsafe {

@@ -7,10 +7,10 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use crate::context::Context;
-use crate::event::{Event, EventFlags};
-use crate::launch::Resource;
-use crate::stream::StreamInner;
+use crate::driver::Context;
+use crate::driver::StreamInner;
+use crate::driver::{Event, EventFlags};
+use crate::resource::Resource;
 
 /// A map keyed by address (of a node or of a kept resource). Addresses are not chosen by an
 /// adversary, so a fast unkeyed hash (Fx) replaces SipHash, which would cost more than the rest

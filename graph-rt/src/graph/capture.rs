@@ -8,15 +8,16 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use bytemuck::Pod;
-use cuda_sys::{CUgraph, CUstreamCaptureMode, CUstreamCaptureStatus};
+use cuda_sys::{CUgraph, CUstreamCaptureMode};
 
+use super::graph::{raw_nodes, Graph, Node};
+use crate::driver::DeviceBuffer;
+use crate::driver::Function;
+use crate::driver::Stream;
+use crate::driver::{Event, EventFlags};
 use crate::error::{check, Error, Result};
-use crate::event::{Event, EventFlags};
-use crate::graph::{raw_nodes, Graph, Node};
-use crate::launch::{KernelArgs, LaunchConfig, Resource};
-use crate::memory::DeviceBuffer;
-use crate::module::Function;
-use crate::stream::Stream;
+use crate::launch::{KernelArgs, LaunchConfig};
+use crate::resource::Resource;
 
 /// Which CUDA calls from other threads may interrupt a capture (`CUstreamCaptureMode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -39,17 +40,6 @@ impl CaptureMode {
             CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
         }
     }
-}
-
-/// Whether a stream is capturing (`cuStreamIsCapturing`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CaptureStatus {
-    /// Not capturing.
-    None,
-    /// Capturing.
-    Active,
-    /// Capturing, but an illegal operation invalidated the capture; it must be ended.
-    Invalidated,
 }
 
 /// The operations that can be recorded while a stream captures. Given to the closure of
@@ -310,16 +300,5 @@ impl Stream {
         active.end()?;
         active.succeeded = true;
         Ok(())
-    }
-
-    /// Whether the stream is capturing (`cuStreamIsCapturing`).
-    pub fn capture_status(&self) -> Result<CaptureStatus> {
-        Ok(match self.inner().capture_status()? {
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => CaptureStatus::Active,
-            CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
-                CaptureStatus::Invalidated
-            }
-            _ => CaptureStatus::None,
-        })
     }
 }

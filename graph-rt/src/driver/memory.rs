@@ -6,9 +6,9 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cuda_sys::CUdeviceptr;
 
-use crate::context::{Context, ContextInner};
+use super::{Context, ContextInner};
+use super::{Stream, StreamInner};
 use crate::error::{check, Error, Result};
-use crate::stream::{Stream, StreamInner};
 
 /// How a buffer's memory is returned to the driver.
 enum Release {
@@ -127,7 +127,7 @@ impl<T: Pod> DeviceBuffer<T> {
     /// inside a graph comes from [`Graph::add_mem_alloc`](crate::Graph::add_mem_alloc).
     pub fn alloc_async(stream: &Stream, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("cuMemAllocAsync", len)?;
-        if stream.capture_status()? != crate::CaptureStatus::None {
+        if stream.capture_status()? != super::CaptureStatus::None {
             return Err(Error::invalid(
                 "cuMemAllocAsync",
                 "the stream is capturing: use Graph::add_mem_alloc for memory that lives inside a graph",

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use cuda_sys::{CUstream, CUstream_flags};
 
-use crate::context::{Context, ContextInner};
+use super::Event;
+use super::{Context, ContextInner};
 use crate::error::{check, Result};
-use crate::event::Event;
 
 /// How a stream orders itself against the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -17,6 +17,17 @@ pub enum StreamFlags {
     NonBlocking,
     /// Synchronizes with the legacy default stream (`CU_STREAM_DEFAULT`).
     Blocking,
+}
+
+/// Whether a stream is capturing (`cuStreamIsCapturing`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureStatus {
+    /// Not capturing.
+    None,
+    /// Capturing.
+    Active,
+    /// Capturing, but an illegal operation invalidated the capture; it must be ended.
+    Invalidated,
 }
 
 /// A CUDA stream owned by graph-rt (destroyed on drop), or a foreign one (see [`Stream::from_raw`]).
@@ -34,7 +45,7 @@ pub(crate) struct StreamInner {
     ctx: Context,
     owned: bool,
     // The foreign owner of a wrapped stream (a cudarc `CudaStream`), kept alive with it.
-    _owner: Option<crate::launch::Resource>,
+    _owner: Option<crate::resource::Resource>,
 }
 
 // SAFETY: CUstream handles may be used from any thread; graph-rt binds the context first.
@@ -101,7 +112,7 @@ impl Stream {
         raw: CUstream,
         ctx: &Context,
         owned: bool,
-        owner: Option<crate::launch::Resource>,
+        owner: Option<crate::resource::Resource>,
     ) -> Self {
         Self {
             inner: Arc::new(StreamInner {
@@ -173,9 +184,22 @@ impl Stream {
         })
     }
 
+    /// Whether the stream is capturing (`cuStreamIsCapturing`).
+    pub fn capture_status(&self) -> Result<CaptureStatus> {
+        Ok(match self.inner().capture_status()? {
+            cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => {
+                CaptureStatus::Active
+            }
+            cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+                CaptureStatus::Invalidated
+            }
+            _ => CaptureStatus::None,
+        })
+    }
+
     /// Records a new event on the stream and returns it.
     pub fn record_event(&self) -> Result<Event> {
-        let e = Event::new(self.context(), crate::event::EventFlags::DisableTiming)?;
+        let e = Event::new(self.context(), crate::driver::EventFlags::DisableTiming)?;
         e.record(self)?;
         Ok(e)
     }

@@ -6,10 +6,10 @@ use std::ffi::c_void;
 
 use cuda_sys::{CUgraphNode, CUgraphNodeType};
 
+use crate::driver::DeviceBuffer;
+use crate::driver::Function;
 use crate::error::{Error, Result};
 use crate::launch::LaunchConfig;
-use crate::memory::DeviceBuffer;
-use crate::module::Function;
 
 /// A node of a graph: a plain handle, valid while its graph lives. It remembers which graph it
 /// belongs to, so that graph-rt refuses it anywhere else (a node of a dropped graph included)

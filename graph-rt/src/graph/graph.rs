@@ -14,14 +14,15 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cuda_sys::{CUevent, CUgraph, CUgraphNode, CUgraphNodeType};
 
-use crate::context::Context;
+pub(crate) use super::node::{copy_params, kernel_params, memset_params};
+pub use super::node::{Edge, EdgeKind, Node, NodeKind};
+use crate::driver::Context;
+use crate::driver::DeviceBuffer;
+use crate::driver::Event;
+use crate::driver::Function;
 use crate::error::{check, Error, Result};
-use crate::event::Event;
-use crate::launch::{check_layout, KernelArgs, LaunchConfig, Resource};
-use crate::memory::DeviceBuffer;
-use crate::module::Function;
-pub(crate) use crate::node::{copy_params, kernel_params, memset_params};
-pub use crate::node::{Edge, EdgeKind, Node, NodeKind};
+use crate::launch::{check_layout, KernelArgs, LaunchConfig};
+use crate::resource::Resource;
 
 /// What graph-rt knows of a kernel node of an exec: its function and current configuration.
 #[derive(Clone)]

@@ -1,0 +1,23 @@
+//! The driver's objects, each owning its handle: devices, contexts, streams, events, memory and
+//! modules.
+//!
+//! Depends on nothing else of this crate but `error` and `resource`; `launch/` and `graph/` build
+//! on it.
+
+mod context;
+mod device;
+mod event;
+mod memory;
+mod module;
+mod stream;
+
+pub(crate) use context::ContextInner;
+pub use context::{current_raw, Context};
+pub use device::{driver_version, graph_features, init, Device, Feature};
+pub use event::{Event, EventFlags};
+#[cfg(test)]
+pub(crate) use memory::Allocation;
+pub use memory::{DeviceBuffer, PinnedHostBuffer};
+pub use module::{Function, Module, ParamInfo};
+pub(crate) use stream::StreamInner;
+pub use stream::{CaptureStatus, Stream, StreamFlags};

@@ -1,0 +1,16 @@
+//! CUDA graphs: capture, explicit construction, nodes, executable graphs and their updates, and
+//! what execs keep alive while launches may read it.
+//!
+//! Depends on `driver/` and `launch/`.
+
+mod capture;
+mod exec;
+#[allow(clippy::module_inception)]
+mod graph;
+mod node;
+mod retention;
+
+pub use capture::{CaptureMode, CaptureScope};
+pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
+pub use graph::{Graph, GraphAllocation};
+pub use node::{Edge, EdgeKind, Node, NodeKind};

@@ -1,0 +1,12 @@
+//! Launching kernels: configurations, arguments, and the launch itself.
+//!
+//! Depends on `driver/`; `graph/` builds on it.
+
+mod args;
+mod config;
+mod launcher;
+
+pub use args::{KernelArg, KernelArgs};
+pub use config::{Dim3, LaunchConfig};
+pub(crate) use launcher::check_layout;
+pub use launcher::Launcher;
