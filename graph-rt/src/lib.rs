@@ -40,8 +40,8 @@ pub use driver::{
 };
 pub use error::{check, Error, Result};
 pub use graph::{
-    CaptureMode, CaptureScope, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation, GraphExec,
-    InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
+    CaptureMode, CaptureScope, CapturedNode, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation,
+    GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
 };
 pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Launcher};
 pub use resource::Resource;

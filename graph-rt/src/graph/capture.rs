@@ -6,11 +6,13 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
-use cuda_sys::{CUgraph, CUstreamCaptureMode};
+use cuda_sys::{CUgraph, CUgraphNode, CUstreamCaptureMode};
 
-use super::graph::{raw_nodes, Graph, Node};
+use super::graph::{node_count, raw_nodes, Graph, Node};
+use super::identity::{CapturedNode, Creation};
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
@@ -50,7 +52,13 @@ pub struct CaptureScope<'s> {
     functions: RefCell<HashMap<usize, Function>>,
     // The function of the last launch: most captures launch one kernel many times in a row.
     last_function: Cell<usize>,
+    // This capture's id, and the node each operation made, in order (None: not identified).
+    id: u64,
+    seen: RefCell<Vec<Option<CUgraphNode>>>,
 }
+
+/// Identifies captures for [`CapturedNode`]s; never reused.
+static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
 
 impl<'s> CaptureScope<'s> {
     /// The capturing stream.
@@ -58,7 +66,9 @@ impl<'s> CaptureScope<'s> {
         self.stream
     }
 
-    /// Records a kernel launch on the capturing stream (see [`Stream::launch`]).
+    /// Records a kernel launch on the capturing stream (see [`Stream::launch`]). The handle it
+    /// returns resolves to the kernel node once the capture has ended
+    /// ([`Graph::node`](crate::Graph::node)), to rebind it in an exec.
     ///
     /// # Safety
     /// As [`Stream::launch`], for every replay of the graph.
@@ -67,7 +77,7 @@ impl<'s> CaptureScope<'s> {
         f: &Function,
         config: &LaunchConfig,
         args: A,
-    ) -> Result<()> {
+    ) -> Result<CapturedNode> {
         // SAFETY: forwarded.
         unsafe { self.launch_on(self.stream, f, config, args) }
     }
@@ -83,7 +93,7 @@ impl<'s> CaptureScope<'s> {
         f: &Function,
         config: &LaunchConfig,
         args: A,
-    ) -> Result<()> {
+    ) -> Result<CapturedNode> {
         let mut keep = self.keep.try_borrow_mut().map_err(|_| {
             Error::invalid(
                 "CaptureScope::launch",
@@ -99,7 +109,35 @@ impl<'s> CaptureScope<'s> {
                 .or_insert_with(|| f.clone());
         }
         // SAFETY: forwarded; the arguments are kept alive by the graph.
-        unsafe { stream.launch(f, config, args) }
+        unsafe { stream.launch(f, config, args)? };
+        Ok(self.observe(stream))
+    }
+
+    /// The node the last operation on `stream` made: the stream's only capture dependency now
+    /// (`cuStreamGetCaptureInfo`).
+    fn observe(&self, stream: &Stream) -> CapturedNode {
+        let mut status = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let (mut deps, mut n) = (std::ptr::null(), 0usize);
+        // SAFETY: valid stream and out-pointers; the optional ones are null.
+        let r = unsafe {
+            cuda_sys::cuStreamGetCaptureInfo(
+                stream.as_raw(),
+                &mut status,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                &mut deps,
+                &mut n,
+            )
+        };
+        let ok = r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) && n == 1 && !deps.is_null();
+        // SAFETY: the driver returned one dependency, valid until the next capture call.
+        let node = ok.then(|| unsafe { *deps });
+        let mut seen = self.seen.borrow_mut();
+        seen.push(node);
+        CapturedNode {
+            capture: self.id,
+            index: seen.len() - 1,
+        }
     }
 
     /// Makes `other` join the capture: work queued on it from now on is part of the graph,
@@ -123,30 +161,34 @@ impl<'s> CaptureScope<'s> {
     }
 
     /// Records a device-to-device copy of `src` into `dst` (lengths must match).
-    pub fn copy<T: Pod>(&self, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
+    pub fn copy<T: Pod>(
+        &self,
+        dst: &mut DeviceBuffer<T>,
+        src: &DeviceBuffer<T>,
+    ) -> Result<CapturedNode> {
         // SAFETY: the graph keeps both buffers alive (below) for every replay.
         unsafe { dst.copy_from_device_async(src, self.stream)? };
         let mut keep = self.keep.borrow_mut();
         keep.push(dst.allocation().clone());
         keep.push(src.allocation().clone());
-        Ok(())
+        Ok(self.observe(self.stream))
     }
 
     /// Records a zero fill of `dst`.
-    pub fn fill_zero<T: Pod>(&self, dst: &mut DeviceBuffer<T>) -> Result<()> {
+    pub fn fill_zero<T: Pod>(&self, dst: &mut DeviceBuffer<T>) -> Result<CapturedNode> {
         // SAFETY: the graph keeps the buffer alive (below) for every replay.
         unsafe { dst.fill_zero_async(self.stream)? };
         self.keep.borrow_mut().push(dst.allocation().clone());
-        Ok(())
+        Ok(self.observe(self.stream))
     }
 
     /// Records `event` on the capturing stream as an event-record node: each replay records it
     /// (`cuEventRecordWithFlags`, `CU_EVENT_RECORD_EXTERNAL`). For ordering streams inside the
     /// capture use [`CaptureScope::fork`] and [`CaptureScope::join`].
-    pub fn record(&self, event: &Event) -> Result<()> {
+    pub fn record(&self, event: &Event) -> Result<CapturedNode> {
         event.record_external(self.stream)?;
         self.keep.borrow_mut().push(event.resource());
-        Ok(())
+        Ok(self.observe(self.stream))
     }
 
     /// Keeps `resource` alive as long as the graph (for work queued by other means).
@@ -163,7 +205,7 @@ impl crate::launch::Launcher for CaptureScope<'_> {
         args: A,
     ) -> Result<()> {
         // SAFETY: forwarded.
-        unsafe { CaptureScope::launch(self, f, config, args) }
+        unsafe { CaptureScope::launch(self, f, config, args).map(drop) }
     }
 }
 
@@ -185,6 +227,8 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
             keep: RefCell::new(Vec::new()),
             functions: RefCell::new(HashMap::new()),
             last_function: Cell::new(0),
+            id: NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
+            seen: RefCell::new(Vec::new()),
         };
         Self {
             scope,
@@ -227,6 +271,13 @@ impl Drop for ActiveCapture<'_, '_> {
                 // CUDA leaves a graph whose capture failed undefined: refuse further use.
                 graph.handle.set_broken();
             }
+            let seen = std::mem::take(self.scope.seen.get_mut());
+            let total = node_count(graph.raw).unwrap_or(usize::MAX);
+            graph
+                .handle
+                .creation
+                .lock()
+                .add_capture(self.scope.id, seen, total);
             graph.kept().append(self.scope.keep.get_mut());
             graph
                 .functions
@@ -262,7 +313,13 @@ impl Stream {
         let raw = active.end()?;
         let keep = std::mem::take(active.scope.keep.get_mut());
         let functions = std::mem::take(active.scope.functions.get_mut());
-        Ok(Graph::from_parts(self.context(), raw, keep, functions))
+        let mut creation = Creation::empty();
+        let seen = std::mem::take(active.scope.seen.get_mut());
+        let total = node_count(raw);
+        let graph = Graph::from_parts(self.context(), raw, keep, functions, Creation::default());
+        creation.add_capture(active.scope.id, seen, total?);
+        *graph.handle.creation.lock() = creation;
+        Ok(graph)
     }
 
     /// Captures the work `record` queues into `graph`, after the nodes `after`

@@ -12,8 +12,9 @@ use cuda_sys::{
 };
 
 use super::graph::{
-    chain_order, copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
+    copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
 };
+use super::identity::pair;
 use super::retention::{AddrMap, InFlight, Retention};
 use crate::driver::Context;
 use crate::driver::DeviceBuffer;
@@ -119,10 +120,8 @@ pub struct GraphExec {
     functions: HashMap<usize, Function>,
     // Function and configuration of kernel nodes, read lazily and kept current.
     kernels: AddrMap<KernelInfo>,
-    // After an in-place update: the graph whose nodes hold the current parameters, paired with
-    // the exec's nodes in creation order (lazily).
-    params_source: Option<Arc<GraphHandle>>,
-    pairing: AddrMap<CUgraphNode>,
+    // How graphs other than `graph` name this exec's nodes.
+    identity: Identity,
     scratch: Vec<Resource>,
     // The stream of the last launch, until it is known finished, and the launch count.
     last_stream: RefCell<Option<Arc<StreamInner>>>,
@@ -164,8 +163,7 @@ impl Graph {
             retention: Retention::new(&self.ctx),
             functions: self.functions.clone(),
             kernels: AddrMap::default(),
-            params_source: None,
-            pairing: AddrMap::default(),
+            identity: Identity::default(),
             scratch: Vec::new(),
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
@@ -200,42 +198,47 @@ fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result
     Ok(raw)
 }
 
-/// The node of `source` that holds the current parameters of the exec's `node` of `ours`, after
-/// an in-place update from `source`. `cuGraphExecUpdate` pairs nodes by creation order, which
-/// CUDA does not let us read back for every graph; it is certain only where the topology leaves
-/// one choice: a chain. For any other shape the identity is unknown and the call is refused.
-/// All nodes are paired on first use after each update.
-fn paired(
-    pairing: &mut AddrMap<CUgraphNode>,
-    ours: &GraphHandle,
-    source: &GraphHandle,
-    node: Node,
-    call: &'static str,
-) -> Result<CUgraphNode> {
-    if pairing.is_empty() {
-        let chain = |g: &GraphHandle| {
-            let _guard = g.lock("cuGraphGetEdges")?;
-            chain_order(g.raw(), g.id)
-        };
-        match (chain(ours)?, chain(source)?) {
-            (Some(ours), Some(theirs)) if ours.len() == theirs.len() => {
-                pairing.extend(ours.iter().zip(&theirs).map(|(o, t)| (*o as usize, *t)));
-            }
-            _ => {
-                return Err(Error::NodeIdentityUnknown {
-                    call,
-                    reason: "the exec was updated in place from a graph that is not a single chain, \
-                             so which of its nodes now holds this node's parameters is not known; \
-                             set the parameters in the graph and update again, or instantiate it anew"
-                        .into(),
-                })
-            }
+/// How the nodes of graphs other than the exec's own name its nodes (see `identity`): after an
+/// in-place update, the update's graph holds the current parameters and its nodes name the
+/// exec's; after a re-instantiation, the graph the exec ran before names the new one's nodes.
+#[derive(Default)]
+struct Identity {
+    // The graph whose nodes hold the current parameters (after an in-place update).
+    source: Option<Arc<GraphHandle>>,
+    // A graph whose nodes are accepted for the exec's own.
+    alias: Option<Arc<GraphHandle>>,
+    // Filled on first use: own node -> source node, alias node -> own node.
+    paired: bool,
+    to_source: AddrMap<CUgraphNode>,
+    from_alias: AddrMap<CUgraphNode>,
+}
+
+impl Identity {
+    /// Pairs the exec's nodes with the other graph's, once after each update.
+    fn pair(&mut self, own: &GraphHandle, call: &'static str) -> Result<()> {
+        if self.paired {
+            return Ok(());
         }
+        let Some(other) = self.source.as_ref().or(self.alias.as_ref()) else {
+            return Ok(());
+        };
+        for (o, t) in pair(own, other, call)? {
+            if self.source.is_some() {
+                self.to_source.insert(o as usize, t);
+            }
+            self.from_alias.insert(t as usize, o);
+        }
+        self.paired = true;
+        Ok(())
     }
-    pairing
-        .get(&node.key())
-        .copied()
-        .ok_or_else(|| Error::invalid(call, "node pairing lost"))
+
+    fn reset(&mut self, source: Option<Arc<GraphHandle>>, alias: Option<Arc<GraphHandle>>) {
+        *self = Identity {
+            source,
+            alias,
+            ..Identity::default()
+        };
+    }
 }
 
 /// The exec's last launch, unless it is known finished.
@@ -260,7 +263,6 @@ impl GraphExec {
             self.functions.entry(*k).or_insert_with(|| f.clone());
         }
         self.kernels.clear();
-        self.pairing.clear();
     }
 
     /// The raw `CUgraphExec`. Do not destroy it; rebinding through it is not tracked.
@@ -312,26 +314,39 @@ impl GraphExec {
         Ok(())
     }
 
-    /// The raw handle of `node`, which must be a node of the graph this exec was instantiated
-    /// from (that graph is alive: the exec holds it).
-    fn member(&self, node: Node, call: &'static str) -> Result<cuda_sys::CUgraphNode> {
-        node.raw_in(self.graph.id, call)
+    /// The exec's own handle of `node`: a node of the graph the exec was instantiated from (alive:
+    /// the exec holds it), or of the graph it was last updated from or re-instantiated away from,
+    /// paired with the exec's (see `identity`).
+    fn member(&mut self, node: Node, call: &'static str) -> Result<CUgraphNode> {
+        if node.graph == self.graph.id {
+            return Ok(node.raw);
+        }
+        if self.identity.alias.as_ref().map(|a| a.id) != Some(node.graph) {
+            return node.raw_in(self.graph.id, call);
+        }
+        self.identity.pair(&self.graph, call)?;
+        let own = self.identity.from_alias.get(&node.key()).copied();
+        own.ok_or_else(|| Error::invalid(call, "the node has no counterpart in the exec"))
     }
 
     /// Kernel node `node`'s raw handle and what graph-rt knows of it: one lookup once known,
     /// read from the graph holding its current parameters on first use.
     fn kernel(&mut self, node: Node, call: &'static str) -> Result<(CUgraphNode, &mut KernelInfo)> {
         let raw = self.member(node, call)?;
-        let slot = match self.kernels.entry(node.key()) {
+        let slot = match self.kernels.entry(raw as usize) {
             Entry::Occupied(e) => return Ok((raw, e.into_mut())),
             Entry::Vacant(v) => v,
         };
-        let (source, graph) = match &self.params_source {
-            None => (raw, &self.graph),
-            Some(src) => (
-                paired(&mut self.pairing, &self.graph, src, node, call)?,
-                src,
-            ),
+        let (source, graph) = match self.identity.source.clone() {
+            None => (raw, self.graph.clone()),
+            Some(src) => {
+                self.identity.pair(&self.graph, call)?;
+                let s = self.identity.to_source.get(&(raw as usize)).copied();
+                (
+                    s.ok_or_else(|| Error::invalid(call, "node pairing lost"))?,
+                    src,
+                )
+            }
         };
         let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
         let guard = graph.lock("cuGraphKernelNodeGetParams")?;
@@ -354,9 +369,9 @@ impl GraphExec {
 
     /// Makes `now` what `node` uses, keeping what it used before until the launches that may
     /// still read it have finished.
-    fn bind(&mut self, node: Node, now: &mut Vec<Resource>) {
+    fn bind(&mut self, node: CUgraphNode, now: &mut Vec<Resource>) {
         let in_flight = in_flight(&mut self.last_stream, self.launches.get());
-        self.retention.bind(node.key(), now, in_flight);
+        self.retention.bind(node as usize, now, in_flight);
     }
 
     /// Rebinds a kernel node's arguments, keeping its launch configuration. The arguments are
@@ -416,7 +431,7 @@ impl GraphExec {
         }
         let mut now = std::mem::take(&mut self.scratch);
         args.retain(&mut now);
-        self.bind(node, &mut now);
+        self.bind(node_raw, &mut now);
         self.scratch = now;
         Ok(())
     }
@@ -451,7 +466,7 @@ impl GraphExec {
             cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
         self.bind(
-            node,
+            node_raw,
             &mut vec![dst.allocation().clone(), src.allocation().clone()],
         );
         Ok(())
@@ -471,7 +486,7 @@ impl GraphExec {
         check("cuGraphExecMemsetNodeSetParams", unsafe {
             cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
-        self.bind(node, &mut vec![dst.allocation().clone()]);
+        self.bind(node_raw, &mut vec![dst.allocation().clone()]);
         Ok(())
     }
 
@@ -493,7 +508,8 @@ impl GraphExec {
         };
         if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
             self.absorb(graph);
-            self.params_source = Some(graph.handle.clone());
+            let h = graph.handle.clone();
+            self.identity.reset(Some(h.clone()), Some(h));
             return Ok(());
         }
         let kind = match info.result {
@@ -549,8 +565,16 @@ impl GraphExec {
                 self.ctx.inner.record(r);
                 self.raw = raw;
                 self.absorb(graph);
+                // The graph the exec ran before names the new exec's nodes, unless the topology
+                // changed (then its nodes have no counterparts).
+                let before = self
+                    .identity
+                    .source
+                    .take()
+                    .unwrap_or_else(|| self.graph.clone());
+                let alias = (failure.kind != UpdateFailureKind::TopologyChanged).then_some(before);
                 self.graph = graph.handle.clone();
-                self.params_source = None;
+                self.identity.reset(None, alias);
                 Ok(ExecUpdate::Reinstantiated(failure))
             }
         }

@@ -5,23 +5,21 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::CString;
 use std::marker::PhantomData;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use bytemuck::Pod;
-use cuda_sys::{CUevent, CUgraph, CUgraphNode, CUgraphNodeType};
+use cuda_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
 
+use super::identity::{CapturedNode, Creation};
 pub(crate) use super::node::{copy_params, kernel_params, memset_params};
-pub use super::node::{Edge, EdgeKind, Node, NodeKind};
+pub use super::node::{Edge, Node, NodeKind};
 use crate::driver::Context;
-use crate::driver::DeviceBuffer;
-use crate::driver::Event;
 use crate::driver::Function;
 use crate::error::{check, Error, Result};
-use crate::launch::{check_layout, KernelArgs, LaunchConfig};
+use crate::launch::LaunchConfig;
 use crate::resource::Resource;
 
 /// What graph-rt knows of a kernel node of an exec: its function and current configuration.
@@ -64,6 +62,8 @@ pub struct Graph {
     pub(crate) ctx: Context,
     pub(crate) keep: Arc<Vec<Resource>>,
     pub(crate) functions: HashMap<usize, Function>,
+    // The graph this one is a clone of, and its nodes' copies here.
+    cloned_from: Option<(u64, HashMap<usize, usize>)>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -80,6 +80,8 @@ pub(crate) struct GraphHandle {
     // reentrant, so that an exec may read the graph from inside `capture_into` on one thread.
     lock: parking_lot::ReentrantMutex<()>,
     broken: std::sync::atomic::AtomicBool,
+    // The order graph-rt made the nodes in (see `identity`).
+    pub(crate) creation: parking_lot::Mutex<Creation>,
 }
 
 impl GraphHandle {
@@ -142,7 +144,7 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-type DriverResult = std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>;
+pub(crate) type DriverResult = std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>;
 
 /// The raw handles of `nodes`, which must belong to graph `graph`.
 pub(crate) fn raw_nodes(
@@ -165,7 +167,13 @@ impl Graph {
         check("cuGraphCreate", unsafe {
             cuda_sys::cuGraphCreate(&mut raw, 0)
         })?;
-        Ok(Self::from_parts(ctx, raw, Vec::new(), HashMap::new()))
+        Ok(Self::from_parts(
+            ctx,
+            raw,
+            Vec::new(),
+            HashMap::new(),
+            Creation::empty(),
+        ))
     }
 
     pub(crate) fn from_parts(
@@ -173,6 +181,7 @@ impl Graph {
         raw: CUgraph,
         keep: Vec<Resource>,
         functions: HashMap<usize, Function>,
+        creation: Creation,
     ) -> Self {
         let handle = Arc::new(GraphHandle {
             raw,
@@ -180,6 +189,7 @@ impl Graph {
             ctx: ctx.clone(),
             lock: parking_lot::ReentrantMutex::new(()),
             broken: std::sync::atomic::AtomicBool::new(false),
+            creation: parking_lot::Mutex::new(creation),
         });
         Self {
             raw,
@@ -187,6 +197,7 @@ impl Graph {
             ctx: ctx.clone(),
             keep: Arc::new(keep),
             functions,
+            cloned_from: None,
             _not_sync: PhantomData,
         }
     }
@@ -197,7 +208,8 @@ impl Graph {
     /// # Safety
     /// `raw` must be a valid graph of `ctx`, owned by nobody else.
     pub unsafe fn from_raw(ctx: &Context, raw: CUgraph) -> Self {
-        Self::from_parts(ctx, raw, Vec::new(), HashMap::new())
+        // Its nodes were made elsewhere: their creation order is unknown (see `identity`).
+        Self::from_parts(ctx, raw, Vec::new(), HashMap::new(), Creation::default())
     }
 
     /// The raw `CUgraph`. Do not destroy it; changes made through it are not tracked (nothing
@@ -218,260 +230,6 @@ impl Graph {
 
     pub(crate) fn kept(&mut self) -> &mut Vec<Resource> {
         Arc::make_mut(&mut self.keep)
-    }
-
-    /// Adds a kernel node after `deps`, checking `args` against the kernel's parameter layout.
-    ///
-    /// # Safety
-    /// As [`Stream::launch`](crate::Stream::launch), for every replay of the graph.
-    pub unsafe fn add_kernel<A: KernelArgs>(
-        &mut self,
-        deps: &[Node],
-        f: &Function,
-        config: &LaunchConfig,
-        args: A,
-    ) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock("cuGraphAddKernelNode")?;
-        self.ctx.bind()?;
-        let layout = f.param_layout()?;
-        let deps = raw_nodes(deps, self.handle.id, "cuGraphAddKernelNode")?;
-        let node = args.with_params(|params, sizes| -> Result<CUgraphNode> {
-            check_layout(f, layout, sizes, "cuGraphAddKernelNode")?;
-            let p = kernel_params(f, config, params.as_mut_ptr());
-            let mut node = std::ptr::null_mut();
-            // SAFETY: `p` points at parameter values alive for this call (the driver copies them).
-            check("cuGraphAddKernelNode", unsafe {
-                cuda_sys::cuGraphAddKernelNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &p)
-            })?;
-            Ok(node)
-        })?;
-        // The node exists from here on: keep what it uses before anything else can fail.
-        args.retain(self.kept());
-        self.functions.insert(f.as_raw() as usize, f.clone());
-        for attr in config.attributes() {
-            // SAFETY: valid node and attribute value.
-            check("cuGraphKernelNodeSetAttribute", unsafe {
-                cuda_sys::cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)
-            })?;
-        }
-        Ok(Node {
-            raw: node,
-            graph: self.handle.id,
-        })
-    }
-
-    /// Adds one node after `deps` through `add`, which gets the out-pointer, the graph and the
-    /// dependency list, with the graph locked and the context current.
-    fn add_node(
-        &mut self,
-        call: &'static str,
-        deps: &[Node],
-        add: impl FnOnce(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize) -> DriverResult,
-    ) -> Result<Node> {
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock(call)?;
-        self.ctx.bind()?;
-        let deps = raw_nodes(deps, self.handle.id, call)?;
-        let mut node = std::ptr::null_mut();
-        check(call, add(&mut node, self.raw, deps.as_ptr(), deps.len()))?;
-        Ok(Node {
-            raw: node,
-            graph: self.handle.id,
-        })
-    }
-
-    /// Adds a device-to-device copy of all of `src` into `dst` (lengths must match).
-    pub fn add_copy<T: Pod>(
-        &mut self,
-        deps: &[Node],
-        dst: &DeviceBuffer<T>,
-        src: &DeviceBuffer<T>,
-    ) -> Result<Node> {
-        if dst.len() != src.len() {
-            return Err(Error::invalid(
-                "cuGraphAddMemcpyNode",
-                format!("copy of {} elements into {}", src.len(), dst.len()),
-            ));
-        }
-        let (p, ctx) = (copy_params(dst, src), self.ctx.as_raw());
-        // SAFETY: both allocations hold the bytes copied and are kept alive below.
-        let node = self.add_node("cuGraphAddMemcpyNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemcpyNode(n, g, d, len, &p, ctx)
-        })?;
-        self.kept().extend([
-            dst.allocation().clone() as Resource,
-            src.allocation().clone(),
-        ]);
-        Ok(node)
-    }
-
-    /// Adds a node that sets every 32-bit word of `dst` to `value` (element size a multiple of 4).
-    pub fn add_fill_u32<T: Pod>(
-        &mut self,
-        deps: &[Node],
-        dst: &DeviceBuffer<T>,
-        value: u32,
-    ) -> Result<Node> {
-        let (p, ctx) = (
-            memset_params("cuGraphAddMemsetNode", dst, value)?,
-            self.ctx.as_raw(),
-        );
-        // SAFETY: the allocation holds the words set and is kept alive below.
-        let node = self.add_node("cuGraphAddMemsetNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemsetNode(n, g, d, len, &p, ctx)
-        })?;
-        self.kept().push(dst.allocation().clone());
-        Ok(node)
-    }
-
-    /// Adds a node that does nothing: a join point.
-    pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
-        // SAFETY: valid out-pointer, graph and dependency list.
-        self.add_node("cuGraphAddEmptyNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddEmptyNode(n, g, d, len)
-        })
-    }
-
-    /// Adds a node that records `event`.
-    pub fn add_event_record(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let add = cuda_sys::cuGraphAddEventRecordNode;
-        self.add_event_node("cuGraphAddEventRecordNode", deps, event, add)
-    }
-
-    /// Adds a node that waits for `event`.
-    pub fn add_event_wait(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let add = cuda_sys::cuGraphAddEventWaitNode;
-        self.add_event_node("cuGraphAddEventWaitNode", deps, event, add)
-    }
-
-    /// Adds an event node through `add` (record or wait), keeping the event alive.
-    fn add_event_node(
-        &mut self,
-        call: &'static str,
-        deps: &[Node],
-        event: &Event,
-        add: unsafe fn(
-            *mut CUgraphNode,
-            CUgraph,
-            *const CUgraphNode,
-            usize,
-            CUevent,
-        ) -> DriverResult,
-    ) -> Result<Node> {
-        let raw = event.as_raw();
-        // SAFETY: the event is valid and kept alive below.
-        let node = self.add_node(call, deps, |n, g, d, len| unsafe { add(n, g, d, len, raw) })?;
-        self.kept().push(event.resource());
-        Ok(node)
-    }
-
-    /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
-    pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
-        let _child_guard = child.handle.lock("cuGraphAddChildGraphNode")?;
-        // SAFETY: valid graphs; the driver clones the child.
-        let node = self.add_node("cuGraphAddChildGraphNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddChildGraphNode(n, g, d, len, child.raw)
-        })?;
-        self.kept().extend(child.keep.iter().cloned());
-        self.functions
-            .extend(child.functions.iter().map(|(k, f)| (*k, f.clone())));
-        Ok(node)
-    }
-
-    /// Adds a node that runs `callback` on a driver thread. It must not call CUDA; a panic in it
-    /// is caught and discarded.
-    pub fn add_host_callback<F: Fn() + Send + Sync + 'static>(
-        &mut self,
-        deps: &[Node],
-        callback: F,
-    ) -> Result<Node> {
-        unsafe extern "C" fn trampoline<F: Fn()>(data: *mut c_void) {
-            // SAFETY: `data` is the `Arc<F>` this graph keeps alive while the node exists.
-            let f = unsafe { &*(data as *const F) };
-            // A panic must not unwind into the driver.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-        }
-        let callback = Arc::new(callback);
-        let p = cuda_sys::CUDA_HOST_NODE_PARAMS {
-            fn_: Some(trampoline::<F>),
-            userData: Arc::as_ptr(&callback) as *mut c_void,
-        };
-        // SAFETY: the callback outlives the node: the graph keeps it below.
-        let node = self.add_node("cuGraphAddHostNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddHostNode(n, g, d, len, &p)
-        })?;
-        self.kept().push(callback);
-        Ok(node)
-    }
-
-    /// Adds a node that allocates `bytes` of device memory from the graph's pool on each replay.
-    pub fn add_mem_alloc(
-        &mut self,
-        deps: &[Node],
-        bytes: usize,
-    ) -> Result<(Node, GraphAllocation)> {
-        let mut p = cuda_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
-        p.poolProps.allocType = cuda_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        p.poolProps.location.type_ = cuda_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
-        p.poolProps.location.id = self.ctx.device().as_raw();
-        p.bytesize = bytes;
-        // SAFETY: valid parameters; the driver writes p.dptr.
-        let node = self.add_node("cuGraphAddMemAllocNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemAllocNode(n, g, d, len, &mut p)
-        })?;
-        Ok((node, GraphAllocation { ptr: p.dptr, bytes }))
-    }
-
-    /// Adds a node that frees a graph allocation.
-    pub fn add_mem_free(&mut self, deps: &[Node], allocation: GraphAllocation) -> Result<Node> {
-        // SAFETY: the driver checks that the address is a graph allocation.
-        self.add_node("cuGraphAddMemFreeNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemFreeNode(n, g, d, len, allocation.ptr)
-        })
-    }
-
-    /// Makes each node of `to` depend on the node of `from` at the same index.
-    pub fn add_dependencies(&mut self, from: &[Node], to: &[Node]) -> Result<()> {
-        // SAFETY: full dependencies order everything; no kernel contract changes.
-        unsafe { self.add_dependencies_of_kind(from, to, EdgeKind::Full) }
-    }
-
-    /// Makes each node of `to` depend on the node of `from` at the same index, in the way `kind`
-    /// says (`cuGraphAddDependencies_v2`). Programmatic and launch-order edges join two kernel
-    /// nodes (the driver refuses others).
-    ///
-    /// # Safety
-    /// With [`EdgeKind::Programmatic`] or [`EdgeKind::LaunchOrder`] the kernel of each `to` node
-    /// may start before its `from` node has finished: it must execute `griddepcontrol.wait`
-    /// (`cudaGridDependencySynchronize()`) before it reads anything the `from` kernel writes, as
-    /// `kernels::CHAIN_PDL` does. [`EdgeKind::Full`] has no such contract.
-    pub unsafe fn add_dependencies_of_kind(
-        &mut self,
-        from: &[Node],
-        to: &[Node],
-        kind: EdgeKind,
-    ) -> Result<()> {
-        const CALL: &str = "cuGraphAddDependencies";
-        let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock(CALL)?;
-        if from.len() != to.len() {
-            let reason = format!("{} sources for {} targets", from.len(), to.len());
-            return Err(Error::invalid(CALL, reason));
-        }
-        let id = self.handle.id;
-        let (f, t) = (raw_nodes(from, id, CALL)?, raw_nodes(to, id, CALL)?);
-        let data = vec![cuda_sys::CUgraphEdgeData::from(kind); f.len()];
-        // SAFETY: three equal-length arrays; nodes of this graph.
-        check(CALL, unsafe {
-            cuda_sys::cuGraphAddDependencies_v2(
-                self.raw,
-                f.as_ptr(),
-                t.as_ptr(),
-                data.as_ptr(),
-                f.len(),
-            )
-        })
     }
 
     /// Every node, in creation order.
@@ -501,7 +259,8 @@ impl Graph {
         Ok(t.into())
     }
 
-    /// A deep copy (`cuGraphClone`) that keeps the same resources alive.
+    /// A deep copy (`cuGraphClone`) that keeps the same resources alive. Its nodes pair with
+    /// this graph's in an exec update; [`Graph::node_in_clone`] finds the copy of a node.
     pub fn try_clone(&self) -> Result<Graph> {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock("cuGraphClone")?;
@@ -510,9 +269,86 @@ impl Graph {
         check("cuGraphClone", unsafe {
             cuda_sys::cuGraphClone(&mut raw, self.raw)
         })?;
-        let mut clone = Self::from_parts(&self.ctx, raw, Vec::new(), self.functions.clone());
+        let find = |original: CUgraphNode| -> Result<CUgraphNode> {
+            let mut copy = std::ptr::null_mut();
+            // SAFETY: a node of this graph (alive, locked) and its fresh clone.
+            check("cuGraphNodeFindInClone", unsafe {
+                cuda_sys::cuGraphNodeFindInClone(&mut copy, original, raw)
+            })?;
+            Ok(copy)
+        };
+        let mapped = (|| -> Result<_> {
+            let map: HashMap<usize, usize> = nodes_of(self.raw, self.handle.id)?
+                .into_iter()
+                .map(|n| Ok((n.key(), find(n.raw)? as usize)))
+                .collect::<Result<_>>()?;
+            let c = self.handle.creation.lock();
+            let nodes = c
+                .nodes
+                .iter()
+                .map(|n| {
+                    map.get(&(*n as usize))
+                        .map_or(std::ptr::null_mut(), |c| *c as CUgraphNode)
+                })
+                .collect();
+            Ok((
+                map,
+                Creation {
+                    nodes,
+                    complete: c.complete,
+                    captures: c.captures.clone(),
+                },
+            ))
+        })();
+        let (map, creation) = match mapped {
+            Ok(m) => m,
+            Err(e) => {
+                // SAFETY: the clone made above, not handed out.
+                let _ = unsafe { cuda_sys::cuGraphDestroy(raw) };
+                return Err(e);
+            }
+        };
+        let mut clone =
+            Self::from_parts(&self.ctx, raw, Vec::new(), self.functions.clone(), creation);
         clone.keep = self.keep.clone();
+        clone.cloned_from = Some((self.handle.id, map));
         Ok(clone)
+    }
+
+    /// The copy in this graph (made by [`Graph::try_clone`]) of `original`, a node of the graph
+    /// it was cloned from.
+    pub fn node_in_clone(&self, original: Node) -> Result<Node> {
+        let copy = self
+            .cloned_from
+            .as_ref()
+            .filter(|(id, _)| *id == original.graph)
+            .and_then(|(_, map)| map.get(&original.key()).map(|c| *c as CUgraphNode));
+        let raw = copy.ok_or_else(|| {
+            Error::invalid(
+                "cuGraphNodeFindInClone",
+                "the node is not of the graph this one was cloned from",
+            )
+        })?;
+        Ok(Node {
+            raw,
+            graph: self.handle.id,
+        })
+    }
+
+    /// The node a capture operation handed back ([`CaptureScope::launch`](super::CaptureScope::launch)
+    /// and the like), once the capture into this graph has ended.
+    pub fn node(&self, captured: CapturedNode) -> Result<Node> {
+        let raw = self.handle.creation.lock().captured(captured);
+        let raw = raw.ok_or_else(|| {
+            Error::invalid(
+                "Graph::node",
+                "the captured node is not of a capture into this graph",
+            )
+        })?;
+        Ok(Node {
+            raw,
+            graph: self.handle.id,
+        })
     }
 
     /// Writes the graph in Graphviz DOT form to `path` (`cuGraphDebugDotPrint`, verbose).
@@ -576,34 +412,12 @@ pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
         .collect())
 }
 
-/// The nodes of a graph that is one chain (each node waits for at most one other and at most
-/// one waits for it, all connected), in chain order; `None` for any other shape.
-pub(crate) fn chain_order(graph: CUgraph, id: u64) -> Result<Option<Vec<CUgraphNode>>> {
-    let nodes = nodes_of(graph, id)?;
-    let edges = edges_of(graph, id)?;
-    if nodes.is_empty() || edges.len() + 1 != nodes.len() {
-        return Ok((nodes.is_empty()).then(Vec::new));
-    }
-    let mut next = HashMap::with_capacity(edges.len());
-    let mut has_pred = std::collections::HashSet::with_capacity(edges.len());
-    for e in &edges {
-        if next.insert(e.from.raw as usize, e.to.raw).is_some()
-            || !has_pred.insert(e.to.raw as usize)
-        {
-            return Ok(None);
-        }
-    }
-    let mut roots = nodes
-        .iter()
-        .filter(|n| !has_pred.contains(&(n.raw as usize)));
-    let (Some(root), None) = (roots.next(), roots.next()) else {
-        return Ok(None);
-    };
-    let mut order = Vec::with_capacity(nodes.len());
-    let mut at = Some(root.raw);
-    while let Some(raw) = at {
-        order.push(raw);
-        at = next.get(&(raw as usize)).copied();
-    }
-    Ok((order.len() == nodes.len()).then_some(order))
+/// How many nodes a graph holds (`cuGraphGetNodes`).
+pub(crate) fn node_count(graph: CUgraph) -> Result<usize> {
+    let mut n = 0;
+    // SAFETY: a null array asks for the count.
+    check("cuGraphGetNodes", unsafe {
+        cuda_sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)
+    })?;
+    Ok(n)
 }

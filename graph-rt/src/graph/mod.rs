@@ -3,14 +3,17 @@
 //!
 //! Depends on `driver/` and `launch/`.
 
+mod build;
 mod capture;
 mod exec;
 #[allow(clippy::module_inception)]
 mod graph;
+mod identity;
 mod node;
 mod retention;
 
 pub use capture::{CaptureMode, CaptureScope};
 pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
 pub use graph::{Graph, GraphAllocation};
+pub use identity::CapturedNode;
 pub use node::{Edge, EdgeKind, Node, NodeKind};

@@ -59,7 +59,7 @@ fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
     let graph = stream
         .capture(CaptureMode::Global, |s| {
             // SAFETY: N-element buffers.
-            unsafe { s.launch(&f, &cfg, (&x, &y, n)) }
+            unsafe { s.launch(&f, &cfg, (&x, &y, n)).map(drop) }
         })
         .unwrap();
     let exec = graph.instantiate().unwrap();

@@ -5,6 +5,7 @@ mod chain;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod graphs;
+mod identity;
 mod instantiate;
 mod kernels;
 mod memory;
