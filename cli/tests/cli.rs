@@ -1,5 +1,5 @@
-//! The `graph-rt` binary and the example: on a machine without a driver they exit non-zero with
-//! one line that says why, and no backtrace; with one, they succeed.
+//! The `graph-rt` binary: on a machine without a driver it exits non-zero with one line that says
+//! why, and no backtrace; with one, it succeeds.
 
 use std::process::Command;
 

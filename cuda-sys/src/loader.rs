@@ -101,6 +101,19 @@ type GetProcAddress = unsafe extern "C" fn(
     *mut CUdriverProcAddressQueryResult,
 ) -> CUresult;
 
+/// An error's message followed by its sources' (libloading 0.9 keeps what `dlerror` said in the
+/// source of its `DlOpen` error; 0.8 in the message).
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    message
+}
+
 /// An opened driver library.
 ///
 /// Most code never touches this: the generated functions use the process-wide [`driver()`].
@@ -128,7 +141,7 @@ impl Driver {
         // is the system's NVIDIA driver, found by the dynamic loader's usual rules.
         let library =
             unsafe { libloading::Library::new(LIBRARY_NAME) }.map_err(|e| LoadError::Library {
-                reason: e.to_string(),
+                reason: with_sources(&e),
             })?;
         type GetVersion = unsafe extern "C" fn(*mut c_int) -> CUresult;
         // SAFETY: both symbols have these C signatures in every driver since CUDA 12.0 (cuda.h).

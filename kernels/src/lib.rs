@@ -170,7 +170,7 @@ mod tests {
         }
     }
 
-    include!(concat!(env!("OUT_DIR"), "/ptx_files.rs"));
+    include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
     #[test]
     fn all_lists_every_ptx_file() {
@@ -189,5 +189,48 @@ mod tests {
                 .unwrap_or_else(|| panic!("{}: no ptx/{}.ptx", k.name, k.name));
             assert_eq!(*text, k.ptx, "{}: name does not match file", k.name);
         }
+    }
+
+    fn sha256_hex(bytes: &[u8]) -> String {
+        use sha2::{Digest, Sha256};
+        format!("{:x}", Sha256::digest(bytes))
+    }
+
+    /// What `python3 kernels/compile.py --check` checks, less the compiling: each MANIFEST line
+    /// (`name sha256(cuda/<name>.cu) sha256(ptx/<name>.ptx)`) matches the files, and it lists
+    /// every source.
+    #[test]
+    fn manifest_matches_sources_and_ptx() {
+        let mut listed = BTreeSet::new();
+        for line in MANIFEST
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let &[name, source_hash, ptx_hash] = fields.as_slice() else {
+                panic!("malformed MANIFEST line: {line:?}");
+            };
+            let (_, source) = CUDA_FILES
+                .iter()
+                .find(|(stem, _)| *stem == name)
+                .unwrap_or_else(|| panic!("MANIFEST lists {name}, but there is no cuda/{name}.cu"));
+            assert_eq!(
+                sha256_hex(source),
+                source_hash,
+                "cuda/{name}.cu changed since its PTX was compiled: run python3 kernels/compile.py"
+            );
+            let (_, ptx) = PTX_FILES
+                .iter()
+                .find(|(stem, _)| *stem == name)
+                .unwrap_or_else(|| panic!("MANIFEST lists {name}, but there is no ptx/{name}.ptx"));
+            assert_eq!(
+                sha256_hex(ptx.as_bytes()),
+                ptx_hash,
+                "ptx/{name}.ptx is not what MANIFEST records: run python3 kernels/compile.py"
+            );
+            assert!(listed.insert(name), "MANIFEST lists {name} twice");
+        }
+        let sources: BTreeSet<&str> = CUDA_FILES.iter().map(|(stem, _)| *stem).collect();
+        assert_eq!(listed, sources, "MANIFEST does not list every cuda/*.cu");
     }
 }
