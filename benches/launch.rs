@@ -1,5 +1,6 @@
-//! Eager launch overhead: graph-rt's typed launch vs a raw `cuLaunchKernel` through cuda-sys vs
-//! cudarc's launch builder, same kernel (`add1` over 4096 floats), same run.
+//! Eager launch overhead: graph-rt's typed launch (a tuple) and its run-time argument list (a
+//! `KernelArgList` built for each launch) vs a raw `cuLaunchKernel` through cuda-sys vs cudarc's
+//! launch builder, same kernel (`add1` over 4096 floats), same run.
 //!
 //! Each sample times a batch of launches on the host and synchronizes outside the timed region,
 //! so it measures what the host pays per launch, not the kernel. Criterion measures each variant
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use cudarc::driver::PushKernelArg;
 use graph_rt::sys;
-use graph_rt::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
+use graph_rt::{Context, DeviceBuffer, KernelArgList, LaunchConfig, Module, Stream};
 
 const N: usize = 4096;
 const BATCH: u64 = 256;
@@ -88,6 +89,15 @@ fn main() {
         // SAFETY: add1 touches N elements of x and y.
         unsafe { stream.launch(&add1, &cfg, (&x, &y, n)).expect("launch") }
     };
+    let mut listed = || {
+        let mut args = KernelArgList::new();
+        args.push(&x)
+            .and_then(|a| a.push(&y))
+            .and_then(|a| a.push(n))
+            .expect("arguments");
+        // SAFETY: as above.
+        unsafe { stream.launch(&add1, &cfg, &args).expect("launch") }
+    };
     let (xp, yp) = (x.as_raw(), y.as_raw());
     let mut raw = || {
         let mut params = [
@@ -145,20 +155,38 @@ fn main() {
             .measurement_time(Duration::from_secs(3));
         group.bench_function("graph_rt_typed", |b| {
             b.iter_custom(|iters| {
-                let others: &mut [Other] = &mut [(&sync, &mut raw), (&cu_sync, &mut cudarc_launch)];
+                let others: &mut [Other] = &mut [
+                    (&sync, &mut listed),
+                    (&sync, &mut raw),
+                    (&cu_sync, &mut cudarc_launch),
+                ];
                 time_batches_among(iters, &sync, &mut typed, others)
+            })
+        });
+        group.bench_function("graph_rt_arg_list", |b| {
+            b.iter_custom(|iters| {
+                let others: &mut [Other] = &mut [
+                    (&sync, &mut raw),
+                    (&cu_sync, &mut cudarc_launch),
+                    (&sync, &mut typed),
+                ];
+                time_batches_among(iters, &sync, &mut listed, others)
             })
         });
         group.bench_function("raw_cuLaunchKernel", |b| {
             b.iter_custom(|iters| {
-                let others: &mut [Other] =
-                    &mut [(&cu_sync, &mut cudarc_launch), (&sync, &mut typed)];
+                let others: &mut [Other] = &mut [
+                    (&cu_sync, &mut cudarc_launch),
+                    (&sync, &mut typed),
+                    (&sync, &mut listed),
+                ];
                 time_batches_among(iters, &sync, &mut raw, others)
             })
         });
         group.bench_function("cudarc_launch_builder", |b| {
             b.iter_custom(|iters| {
-                let others: &mut [Other] = &mut [(&sync, &mut typed), (&sync, &mut raw)];
+                let others: &mut [Other] =
+                    &mut [(&sync, &mut typed), (&sync, &mut listed), (&sync, &mut raw)];
                 time_batches_among(iters, &cu_sync, &mut cudarc_launch, others)
             })
         });
@@ -174,6 +202,10 @@ fn main() {
         vec![
             ("graph_rt_typed", Box::new(|| per_launch(&sync, &mut typed))),
             (
+                "graph_rt_arg_list",
+                Box::new(|| per_launch(&sync, &mut listed)),
+            ),
+            (
                 "raw_cuLaunchKernel",
                 Box::new(|| per_launch(&sync, &mut raw)),
             ),
@@ -183,7 +215,10 @@ fn main() {
             ),
         ],
     );
-    let raw_us = medians[1].1;
+    let raw_us = medians
+        .iter()
+        .find(|(name, _)| *name == "raw_cuLaunchKernel")
+        .map_or(f64::NAN, |m| m.1);
     println!(
         "\ntable: eager launch, host µs per launch, median of 300 interleaved batches of {BATCH}"
     );

@@ -35,15 +35,15 @@ mod resource;
 
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
-    Context, Device, DeviceBuffer, Event, EventFlags, Feature, Function, Module, ParamInfo,
-    PinnedHostBuffer, Stream, StreamFlags,
+    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function, Module,
+    ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
 };
 pub use error::{check, Error, Result};
 pub use graph::{
     CaptureMode, CaptureScope, CapturedNode, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation,
     GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
 };
-pub use launch::{Dim3, KernelArg, KernelArgs, LaunchConfig, Launcher};
+pub use launch::{Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
 pub use resource::Resource;
 
 /// The raw driver bindings this crate is built on.

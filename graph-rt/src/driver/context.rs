@@ -5,6 +5,7 @@ use std::sync::Arc;
 use cuda_sys::CUcontext;
 use parking_lot::Mutex;
 
+use super::release::ReleaseQueue;
 use super::Device;
 use crate::error::{check, Error, Result};
 
@@ -20,6 +21,8 @@ pub(crate) struct ContextInner {
     device: Device,
     primary: bool,
     deferred: Mutex<Vec<Error>>,
+    // What drops parked until the device is done with it.
+    pub(crate) released: ReleaseQueue,
     // The foreign owner of a wrapped context (a cudarc `CudaContext`), kept alive with it.
     _owner: Option<crate::resource::Resource>,
 }
@@ -53,6 +56,7 @@ impl Context {
                 device,
                 primary: true,
                 deferred: Mutex::new(Vec::new()),
+                released: ReleaseQueue::default(),
                 _owner: None,
             }),
         };
@@ -85,6 +89,7 @@ impl Context {
                 device,
                 primary: false,
                 deferred: Mutex::new(Vec::new()),
+                released: ReleaseQueue::default(),
                 _owner: owner,
             }),
         }
@@ -111,11 +116,22 @@ impl Context {
         Ok(current_raw()? == self.inner.raw)
     }
 
-    /// Waits for all work of this context (`cuCtxSynchronize`).
+    /// Waits for all work of this context (`cuCtxSynchronize`), then releases everything drops
+    /// parked (see [`Context::poll`]).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         // SAFETY: the context is current.
-        check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })
+        check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })?;
+        self.inner.released.drain(true);
+        Ok(())
+    }
+
+    /// Releases what drops parked (an exec dropped while it ran keeps what its nodes use until
+    /// its last launch has finished) once the device is done with it, without waiting. Returns
+    /// how many parked batches remain. [`Context::synchronize`] and instantiation do this too.
+    pub fn poll(&self) -> Result<usize> {
+        self.bind()?;
+        Ok(self.inner.released.drain(false))
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).
@@ -169,6 +185,17 @@ impl ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        if self.released.len() > 0 {
+            // Teardown: nothing parked may outlive the context; wait for the device first.
+            let r = self.bind().and_then(|_| {
+                // SAFETY: the context is alive and current.
+                check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })
+            });
+            if let Err(e) = r {
+                tracing::error!(error = %e, "graph-rt: could not synchronize a context being torn down");
+            }
+            self.released.drain(true);
+        }
         if self.primary {
             // SAFETY: we retained the primary context of this device in `Context::new`.
             let r = check("cuDevicePrimaryCtxRelease", unsafe {

@@ -31,6 +31,8 @@ pub struct Event {
 struct EventHandle {
     raw: CUevent,
     ctx: Context,
+    // Destroyed on drop (false for a wrapped foreign event).
+    owned: bool,
 }
 
 // SAFETY: CUevent handles may be used from any thread.
@@ -68,8 +70,26 @@ impl Event {
             handle: Arc::new(EventHandle {
                 raw,
                 ctx: ctx.clone(),
+                owned: true,
             }),
         })
+    }
+
+    /// Wraps an event made elsewhere (PyTorch, cudarc). graph-rt never destroys it.
+    ///
+    /// # Safety
+    /// `raw` must be a valid event of `ctx` that outlives the returned value and every graph
+    /// that records or waits on it.
+    pub unsafe fn from_raw(ctx: &Context, raw: CUevent) -> Self {
+        Self {
+            raw,
+            ctx: ctx.clone(),
+            handle: Arc::new(EventHandle {
+                raw,
+                ctx: ctx.clone(),
+                owned: false,
+            }),
+        }
     }
 
     /// The event's handle, for graphs to keep alive.
@@ -142,6 +162,9 @@ impl Event {
 
 impl Drop for EventHandle {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let inner = &self.ctx.inner;
         // SAFETY: we created the event; destroying a recorded event is allowed.
         let r = inner.bind().and_then(|_| {

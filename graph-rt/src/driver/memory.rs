@@ -1,31 +1,40 @@
-//! Device buffers and page-locked host buffers.
+//! Device buffers and the allocations behind them (their backing and release).
 
 use std::marker::PhantomData;
+use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use bytemuck::Pod;
 use cuda_sys::CUdeviceptr;
 
+use super::view::view;
 use super::{Context, ContextInner};
-use super::{Stream, StreamInner};
+use super::{DeviceView, PinnedHostBuffer, Stream, StreamInner};
 use crate::error::{check, Error, Result};
 
-/// How a buffer's memory is returned to the driver.
-enum Release {
-    /// `cuMemFree`.
-    Sync,
-    /// `cuMemFreeAsync` on the stream it was allocated on, ordered after the work queued there.
-    Stream(Arc<StreamInner>),
-    /// Not ours (see [`DeviceBuffer::from_raw`]).
+/// Where an allocation's memory comes from, and so how it is released (the `Drop` of
+/// [`Allocation`]). Nothing outside this module sees the backing: launches, captures and exec
+/// updates see a device address and an `Arc<Allocation>` to keep alive, so a new backing is a new
+/// variant here and a constructor, not a change to the launch path. Virtual-memory-mapped memory
+/// (`cuMemCreate` + `cuMemMap`, which can be unmapped while paused and mapped back at the same
+/// address) will be one: a variant holding the physical handle and the reserved range, released
+/// by `cuMemUnmap`, `cuMemRelease` and `cuMemAddressFree`.
+enum Backing {
+    /// `cuMemAlloc`; freed with `cuMemFree`, which waits for the device first.
+    Device,
+    /// `cuMemAllocAsync` from the device's stream-ordered pool, on this stream; freed with
+    /// `cuMemFreeAsync` on it, ordered after the work queued there.
+    StreamOrdered(Arc<StreamInner>),
+    /// Not ours (see [`DeviceBuffer::from_raw`]): never freed.
     Foreign,
 }
 
-/// One device allocation. Buffers hold it in an `Arc`, and so do the graphs and execs whose
-/// nodes use it: it is freed when the last of them is gone.
+/// One device allocation. Buffers and views hold it in an `Arc`, and so do the graphs and execs
+/// whose nodes use it: it is freed when the last of them is gone.
 pub(crate) struct Allocation {
     ptr: CUdeviceptr,
     ctx: Arc<ContextInner>,
-    release: Release,
+    backing: Backing,
 }
 
 /// `len` elements of `T` in device memory, freed when the buffer and every graph that uses it
@@ -66,7 +75,7 @@ fn settle() -> Result<()> {
     })
 }
 
-fn byte_len<T>(call: &'static str, len: usize) -> Result<usize> {
+pub(super) fn byte_len<T>(call: &'static str, len: usize) -> Result<usize> {
     len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
         Error::invalid(
             call,
@@ -78,7 +87,7 @@ fn byte_len<T>(call: &'static str, len: usize) -> Result<usize> {
     })
 }
 
-fn same_len(call: &'static str, ours: usize, theirs: usize) -> Result<()> {
+pub(super) fn same_len(call: &'static str, ours: usize, theirs: usize) -> Result<()> {
     if ours == theirs {
         Ok(())
     } else {
@@ -87,6 +96,102 @@ fn same_len(call: &'static str, ours: usize, theirs: usize) -> Result<()> {
             format!("the buffer holds {ours} elements, the other side {theirs}"),
         ))
     }
+}
+
+/// Elements `start..end` of `len`, or a typed error naming `call` when out of bounds.
+pub(super) fn bounds(
+    call: &'static str,
+    range: impl RangeBounds<usize>,
+    len: usize,
+) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => Some(s),
+        Bound::Excluded(&s) => s.checked_add(1),
+        Bound::Unbounded => Some(0),
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.checked_add(1),
+        Bound::Excluded(&e) => Some(e),
+        Bound::Unbounded => Some(len),
+    };
+    match (start, end) {
+        (Some(s), Some(e)) if s <= e && e <= len => Ok((s, e)),
+        _ => {
+            let show = |b: Option<usize>| b.map_or("usize::MAX + 1".into(), |b| b.to_string());
+            Err(Error::invalid(
+                call,
+                format!(
+                    "elements {}..{} are not a range within the {len} elements",
+                    show(start),
+                    show(end)
+                ),
+            ))
+        }
+    }
+}
+
+/// Refuses a capturing stream for a copy to or from host memory that waits for the stream: a
+/// capture could record the copy but not wait for it.
+pub(super) fn not_capturing(stream: &Stream, call: &'static str) -> Result<()> {
+    if stream.capture_status()? == super::CaptureStatus::None {
+        Ok(())
+    } else {
+        Err(Error::invalid(
+            call,
+            "the stream is capturing: copies to and from host memory wait for their stream, which a capture cannot",
+        ))
+    }
+}
+
+/// Copies `dst.len()` elements at `src` into `dst` in stream order, and waits for `stream`.
+pub(super) fn read_on<T: Pod>(
+    stream: &Stream,
+    src: CUdeviceptr,
+    dst: &mut [T],
+    call: &'static str,
+) -> Result<()> {
+    not_capturing(stream, call)?;
+    if dst.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: the caller checked that `src` holds as many elements as `dst`; T: Pod accepts any
+    // bytes; the copy is done once the stream is (pageable memory: when the call returns), and
+    // a failed wait is a sticky error that stops the context's work.
+    check("cuMemcpyDtoHAsync", unsafe {
+        cuda_sys::cuMemcpyDtoHAsync(
+            dst.as_mut_ptr().cast(),
+            src,
+            std::mem::size_of_val(dst),
+            stream.as_raw(),
+        )
+    })?;
+    stream.synchronize()
+}
+
+/// Copies `src` to `dst` in stream order, and waits for `stream`.
+pub(super) fn write_on<T: Pod>(
+    stream: &Stream,
+    dst: CUdeviceptr,
+    src: &[T],
+    call: &'static str,
+) -> Result<()> {
+    not_capturing(stream, call)?;
+    if src.is_empty() {
+        return Ok(());
+    }
+    stream.context().bind()?;
+    // SAFETY: the caller checked that `dst` holds as many elements as `src`; `src` is read by
+    // the time the stream is done (pageable memory: staged when the call returns).
+    check("cuMemcpyHtoDAsync", unsafe {
+        cuda_sys::cuMemcpyHtoDAsync(
+            dst,
+            src.as_ptr().cast(),
+            std::mem::size_of_val(src),
+            stream.as_raw(),
+        )
+    })?;
+    stream.synchronize()
 }
 
 impl<T: Pod> DeviceBuffer<T> {
@@ -101,7 +206,7 @@ impl<T: Pod> DeviceBuffer<T> {
                 cuda_sys::cuMemAlloc(&mut ptr, bytes)
             })?;
         }
-        Ok(Self::wrap(ptr, len, &ctx.inner, Release::Sync))
+        Ok(Self::wrap(ptr, len, &ctx.inner, Backing::Device))
     }
 
     /// Allocates `len` zeroed elements.
@@ -145,7 +250,7 @@ impl<T: Pod> DeviceBuffer<T> {
             ptr,
             len,
             stream.ctx_inner(),
-            Release::Stream(stream.shared()),
+            Backing::StreamOrdered(stream.shared()),
         ))
     }
 
@@ -155,21 +260,21 @@ impl<T: Pod> DeviceBuffer<T> {
     /// `ptr` must point at `len` elements of `T` in memory of `ctx` that stays allocated, and is
     /// not written by anyone else concurrently, for the life of the returned value.
     pub unsafe fn from_raw(ctx: &Context, ptr: CUdeviceptr, len: usize) -> Self {
-        Self::wrap(ptr, len, &ctx.inner, Release::Foreign)
+        Self::wrap(ptr, len, &ctx.inner, Backing::Foreign)
     }
 
     /// Takes ownership of `len` elements at `ptr`, allocated in `ctx` by `cuMemAlloc` or
     /// `cuMemAllocAsync` and owned by nobody else; freed with `cuMemFree`.
     #[cfg(feature = "cudarc")]
     pub(crate) fn adopt(ctx: &Context, ptr: CUdeviceptr, len: usize) -> Self {
-        Self::wrap(ptr, len, &ctx.inner, Release::Sync)
+        Self::wrap(ptr, len, &ctx.inner, Backing::Device)
     }
 
-    fn wrap(ptr: CUdeviceptr, len: usize, ctx: &Arc<ContextInner>, release: Release) -> Self {
+    fn wrap(ptr: CUdeviceptr, len: usize, ctx: &Arc<ContextInner>, backing: Backing) -> Self {
         let alloc = Arc::new(Allocation {
             ptr,
             ctx: ctx.clone(),
-            release,
+            backing,
         });
         Self {
             ptr,
@@ -204,15 +309,17 @@ impl<T: Pod> DeviceBuffer<T> {
         self.len * std::mem::size_of::<T>()
     }
 
-    /// Copies `src` into the buffer (`cuMemcpyHtoD`); lengths must match. Returns once the copy
-    /// is done on the device, so work queued afterwards on any stream sees it.
+    /// Copies `src` into the buffer (`cuMemcpyHtoD`); lengths must match. Like every copy and
+    /// fill here that takes no stream, it first waits for all work of the context, so no kernel
+    /// still reads the old contents, and returns once the copy is done on the device, so work
+    /// queued afterwards on any stream sees it. Waiting for the whole device costs what the other
+    /// streams still have to do: [`DeviceBuffer::write_on`] waits for one stream only.
     pub fn copy_from_host(&mut self, src: &[T]) -> Result<()> {
         same_len("DeviceBuffer::copy_from_host", self.len, src.len())?;
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.ctx.bind()?;
-        self.alloc.ready()?;
+        self.alloc.quiesce()?;
         // SAFETY: both sides hold num_bytes bytes; the context is current.
         check("cuMemcpyHtoD", unsafe {
             cuda_sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.num_bytes())
@@ -220,38 +327,75 @@ impl<T: Pod> DeviceBuffer<T> {
         settle()
     }
 
-    /// Copies the buffer into `dst` (`cuMemcpyDtoH`); lengths must match. Waits for the copy.
-    /// The copy is ordered after work on the legacy default stream only: synchronize the
-    /// (non-blocking) streams that write the buffer first.
+    /// Copies the buffer into `dst` (`cuMemcpyDtoH`); lengths must match. First waits for all
+    /// work of the context (`cuCtxSynchronize`), on every stream, so the copy never reads what a
+    /// kernel has yet to write; that costs whatever the other streams still have to do.
+    /// [`DeviceBuffer::copy_to_host_on`] waits for one stream only.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         same_len("DeviceBuffer::copy_to_host", self.len, dst.len())?;
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.ctx.bind()?;
-        self.alloc.ready()?;
+        self.alloc.quiesce()?;
         // SAFETY: both sides hold num_bytes bytes; T: Pod accepts any bytes.
         check("cuMemcpyDtoH", unsafe {
             cuda_sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), self.ptr, self.num_bytes())
         })
     }
 
-    /// Copies the buffer into a new `Vec`.
+    /// Copies the buffer into a new `Vec`, after all work of the context (see
+    /// [`DeviceBuffer::copy_to_host`]; [`DeviceBuffer::read_on`] waits for one stream only).
     pub fn to_vec(&self) -> Result<Vec<T>> {
         let mut v = vec![T::zeroed(); self.len];
         self.copy_to_host(&mut v)?;
         Ok(v)
     }
 
-    /// Copies `src` into the buffer (`cuMemcpyDtoD`); lengths must match. Returns once done.
+    /// Copies the buffer into a new `Vec` in the order of `stream`: after the work queued there
+    /// before, and waiting for that stream only (`cuMemcpyDtoHAsync`, `cuStreamSynchronize`).
+    /// Work on other streams that writes the buffer must be ordered before it (an [`Event`](crate::Event)),
+    /// as for a kernel launched on `stream`. Refused on a capturing stream.
+    pub fn read_on(&self, stream: &Stream) -> Result<Vec<T>> {
+        let mut v = vec![T::zeroed(); self.len];
+        self.copy_to_host_on(stream, &mut v)?;
+        Ok(v)
+    }
+
+    /// Copies the buffer into `dst` in the order of `stream` (see [`DeviceBuffer::read_on`]);
+    /// lengths must match.
+    pub fn copy_to_host_on(&self, stream: &Stream, dst: &mut [T]) -> Result<()> {
+        const CALL: &str = "DeviceBuffer::copy_to_host_on";
+        same_len(CALL, self.len, dst.len())?;
+        read_on(stream, self.ptr, dst, CALL)
+    }
+
+    /// Copies `src` into the buffer in the order of `stream` (`cuMemcpyHtoDAsync`), and waits
+    /// for that stream only; lengths must match. Work queued on `stream` afterwards sees the new
+    /// contents; work on other streams must be ordered after it. Refused on a capturing stream.
+    pub fn write_on(&mut self, stream: &Stream, src: &[T]) -> Result<()> {
+        const CALL: &str = "DeviceBuffer::write_on";
+        same_len(CALL, self.len, src.len())?;
+        write_on(stream, self.ptr, src, CALL)
+    }
+
+    /// A view of elements `range` of the buffer, which keeps the allocation alive (see
+    /// [`DeviceView`]); a range not within the buffer is [`Error::InvalidArgument`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<T>> {
+        let range = bounds("DeviceBuffer::slice", range, self.len)?;
+        Ok(view(self.ptr, &self.alloc, range))
+    }
+
+    /// Copies `src` into the buffer (`cuMemcpyDtoD`); lengths must match. Waits for all work
+    /// of the context first, and returns once done.
     pub fn copy_from_device(&mut self, src: &DeviceBuffer<T>) -> Result<()> {
         same_len("DeviceBuffer::copy_from_device", self.len, src.len)?;
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.ctx.bind()?;
-        self.alloc.ready()?;
-        src.alloc.ready()?;
+        if !Arc::ptr_eq(&self.alloc.ctx, &src.alloc.ctx) {
+            src.alloc.quiesce()?;
+        }
+        self.alloc.quiesce()?;
         // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
         check("cuMemcpyDtoD", unsafe {
             cuda_sys::cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())
@@ -264,13 +408,13 @@ impl<T: Pod> DeviceBuffer<T> {
         self.fill_bytes(0)
     }
 
-    /// Sets every byte to `value` (`cuMemsetD8`). Returns once done.
+    /// Sets every byte to `value` (`cuMemsetD8`). Waits for all work of the context first, and
+    /// returns once done.
     pub fn fill_bytes(&mut self, value: u8) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.ctx.bind()?;
-        self.alloc.ready()?;
+        self.alloc.quiesce()?;
         // SAFETY: the allocation holds num_bytes bytes.
         check("cuMemsetD8", unsafe {
             cuda_sys::cuMemsetD8(self.ptr, value, self.num_bytes())
@@ -278,7 +422,8 @@ impl<T: Pod> DeviceBuffer<T> {
         settle()
     }
 
-    /// Sets every 32-bit word to `value` (`cuMemsetD32`) and returns once done, e.g. `f32::NAN.to_bits()` to poison
+    /// Sets every 32-bit word to `value` (`cuMemsetD32`), after all work of the context, and
+    /// returns once done, e.g. `f32::NAN.to_bits()` to poison
     /// an `f32` buffer. The size of `T` must be a multiple of 4.
     pub fn fill_u32(&mut self, value: u32) -> Result<()> {
         if std::mem::size_of::<T>() % 4 != 0 {
@@ -293,8 +438,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.ctx.bind()?;
-        self.alloc.ready()?;
+        self.alloc.quiesce()?;
         // SAFETY: the allocation holds num_bytes / 4 words.
         check("cuMemsetD32", unsafe {
             cuda_sys::cuMemsetD32(self.ptr, value, self.num_bytes() / 4)
@@ -384,15 +528,13 @@ impl<T: Pod> DeviceBuffer<T> {
 }
 
 impl Allocation {
-    /// Makes a stream-ordered allocation usable outside its stream: waits for that stream.
-    fn ready(&self) -> Result<()> {
-        match &self.release {
-            // SAFETY: the stream is alive (we hold it).
-            Release::Stream(s) => check("cuStreamSynchronize", unsafe {
-                cuda_sys::cuStreamSynchronize(s.raw())
-            }),
-            _ => Ok(()),
-        }
+    /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
+    /// what the unordered copies and fills do first, so that they never race with a kernel
+    /// (and a stream-ordered allocation has been made on its stream).
+    fn quiesce(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current.
+        check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })
     }
 }
 
@@ -401,99 +543,21 @@ impl Drop for Allocation {
         if self.ptr == 0 {
             return;
         }
-        let r = match &self.release {
-            Release::Foreign => return,
+        let r = match &self.backing {
+            Backing::Foreign => return,
             // SAFETY: we allocated `ptr` with cuMemAlloc; cuMemFree synchronizes with the device
             // before freeing, so no queued work still uses it.
-            Release::Sync => self
+            Backing::Device => self
                 .ctx
                 .bind()
                 .and_then(|_| check("cuMemFree", unsafe { cuda_sys::cuMemFree(self.ptr) })),
             // SAFETY: we allocated `ptr` on this stream, which we keep alive.
-            Release::Stream(stream) => self.ctx.bind().and_then(|_| {
+            Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
                 check("cuMemFreeAsync", unsafe {
                     cuda_sys::cuMemFreeAsync(self.ptr, stream.raw())
                 })
             }),
         };
-        self.ctx.record(r);
-    }
-}
-
-/// `len` elements of `T` in page-locked host memory (`cuMemHostAlloc`), zero-initialised, which
-/// the device can copy from and to asynchronously.
-pub struct PinnedHostBuffer<T: Pod> {
-    ptr: *mut T,
-    len: usize,
-    ctx: Arc<ContextInner>,
-}
-
-// SAFETY: the buffer owns its memory exclusively, like a Box<[T]>.
-unsafe impl<T: Pod + Send> Send for PinnedHostBuffer<T> {}
-// SAFETY: shared access only reads, like &[T].
-unsafe impl<T: Pod + Sync> Sync for PinnedHostBuffer<T> {}
-
-impl<T: Pod> PinnedHostBuffer<T> {
-    /// Allocates `len` zeroed elements of page-locked memory.
-    pub fn zeroed(ctx: &Context, len: usize) -> Result<Self> {
-        let bytes = byte_len::<T>("cuMemHostAlloc", len)?;
-        ctx.bind()?;
-        let mut ptr = std::ptr::NonNull::<T>::dangling().as_ptr().cast();
-        if bytes > 0 {
-            // SAFETY: valid out-pointer; the context is current.
-            check("cuMemHostAlloc", unsafe {
-                cuda_sys::cuMemHostAlloc(&mut ptr, bytes, 0)
-            })?;
-            // SAFETY: the allocation holds `bytes` bytes.
-            unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
-        }
-        Ok(Self {
-            ptr: ptr.cast(),
-            len,
-            ctx: ctx.inner.clone(),
-        })
-    }
-
-    /// Allocates and copies `data` in.
-    pub fn from_slice(ctx: &Context, data: &[T]) -> Result<Self> {
-        let mut b = Self::zeroed(ctx, data.len())?;
-        b.copy_from_slice(data);
-        Ok(b)
-    }
-
-    /// The host address.
-    pub fn as_ptr(&self) -> *const T {
-        self.ptr
-    }
-}
-
-impl<T: Pod> std::ops::Deref for PinnedHostBuffer<T> {
-    type Target = [T];
-    fn deref(&self) -> &[T] {
-        // SAFETY: `ptr` holds `len` initialised elements (zeroed at allocation), or is dangling
-        // and aligned for len 0.
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-}
-
-impl<T: Pod> std::ops::DerefMut for PinnedHostBuffer<T> {
-    fn deref_mut(&mut self) -> &mut [T] {
-        // SAFETY: as in deref; `&mut self` gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl<T: Pod> Drop for PinnedHostBuffer<T> {
-    fn drop(&mut self) {
-        if self.len == 0 || std::mem::size_of::<T>() == 0 {
-            return;
-        }
-        // SAFETY: we allocated `ptr` with cuMemHostAlloc.
-        let r = self.ctx.bind().and_then(|_| {
-            check("cuMemFreeHost", unsafe {
-                cuda_sys::cuMemFreeHost(self.ptr.cast())
-            })
-        });
         self.ctx.record(r);
     }
 }

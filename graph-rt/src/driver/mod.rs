@@ -9,7 +9,10 @@ mod device;
 mod event;
 mod memory;
 mod module;
+mod pinned;
+mod release;
 mod stream;
+mod view;
 
 pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
@@ -17,7 +20,10 @@ pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use event::{Event, EventFlags};
 #[cfg(test)]
 pub(crate) use memory::Allocation;
-pub use memory::{DeviceBuffer, PinnedHostBuffer};
+pub use memory::DeviceBuffer;
 pub use module::{Function, Module, ParamInfo};
+pub use pinned::PinnedHostBuffer;
+pub(crate) use release::Parked;
 pub(crate) use stream::StreamInner;
 pub use stream::{CaptureStatus, Stream, StreamFlags};
+pub use view::DeviceView;

@@ -154,6 +154,24 @@ impl Module {
     }
 }
 
+impl Function {
+    /// Wraps a kernel handle obtained elsewhere (`cuModuleGetFunction` on a module wrapped with
+    /// [`Module::from_raw`], a library's kernel), keeping `module` loaded while it lives.
+    ///
+    /// # Safety
+    /// `raw` must be a kernel of `module`.
+    pub unsafe fn from_raw(module: &Module, raw: CUfunction, name: impl Into<String>) -> Self {
+        Function {
+            inner: Arc::new(FunctionInner {
+                raw,
+                name: name.into(),
+                _module: module.clone(),
+                layout: OnceLock::new(),
+            }),
+        }
+    }
+}
+
 impl Drop for ModuleInner {
     fn drop(&mut self) {
         if self.owned {

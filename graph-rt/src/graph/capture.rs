@@ -298,6 +298,36 @@ impl Stream {
     ///
     /// An operation capture does not allow gives [`Error::Capture`] naming the call; the capture
     /// is then ended (also when `record` panics or returns early) and the stream is usable.
+    ///
+    /// Capture once, replay many times:
+    ///
+    /// ```no_run
+    /// use graph_rt_core::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+    ///
+    /// # fn main() -> graph_rt_core::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let add1 = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)?.function("add1")?;
+    /// let n = 1 << 20;
+    /// let mut x = DeviceBuffer::from_host(&ctx, &vec![1.0f32; n])?;
+    /// let (mut y, mut z) = (DeviceBuffer::<f32>::alloc(&ctx, n)?, DeviceBuffer::<f32>::alloc(&ctx, n)?);
+    /// let cfg = LaunchConfig::for_elements(n, 256);
+    /// let graph = stream.capture(CaptureMode::Global, |s| {
+    ///     // SAFETY: add1(const float* x, float* y, int n) touches n elements of each buffer.
+    ///     unsafe {
+    ///         s.launch(&add1, &cfg, (&x, &mut y, n as i32))?;
+    ///         s.launch(&add1, &cfg, (&y, &mut z, n as i32))?;
+    ///     }
+    ///     Ok(())
+    /// })?;
+    /// let exec = graph.instantiate()?; // the graph keeps x, y, z and the module alive
+    /// for step in 0..100 {
+    ///     x.write_on(&stream, &vec![step as f32; n])?;
+    ///     exec.launch(&stream)?;
+    ///     assert_eq!(z.read_on(&stream)?[0], step as f32 + 2.0);
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub fn capture<F>(&self, mode: CaptureMode, record: F) -> Result<Graph>
     where
         F: FnOnce(&CaptureScope<'_>) -> Result<()>,

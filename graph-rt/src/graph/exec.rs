@@ -19,7 +19,7 @@ use super::retention::{AddrMap, InFlight, Retention};
 use crate::driver::Context;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
-use crate::driver::{Stream, StreamInner};
+use crate::driver::{Parked, Stream, StreamInner};
 use crate::error::{check, Error, Result};
 use crate::launch::{check_layout, KernelArgs, LaunchConfig};
 use crate::resource::Resource;
@@ -153,6 +153,9 @@ impl Graph {
     /// when it uploads too).
     pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
         let flags = options.flags();
+        // A non-launch call: release what earlier drops parked and the device is done with.
+        self.ctx.bind()?;
+        self.ctx.inner.released.drain(false);
         let raw = instantiate_raw(self, flags, options.upload)?;
         Ok(GraphExec {
             raw,
@@ -378,6 +381,35 @@ impl GraphExec {
     /// checked against the kernel's parameter layout first: on a wrong count or size nothing
     /// changes and the exec replays with its old arguments.
     ///
+    /// `node` is a node of the graph the exec was instantiated from, or of the graph it was last
+    /// updated from; a capture hands its kernel nodes back:
+    ///
+    /// ```no_run
+    /// use graph_rt_core::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+    ///
+    /// # fn main() -> graph_rt_core::Result<()> {
+    /// let ctx = Context::new(0)?;
+    /// let stream = Stream::new(&ctx)?;
+    /// let add1 = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)?.function("add1")?;
+    /// let n = 4096;
+    /// let (x, mut y) = (DeviceBuffer::<f32>::zeroed(&ctx, n)?, DeviceBuffer::<f32>::alloc(&ctx, n)?);
+    /// let cfg = LaunchConfig::for_elements(n, 256);
+    /// let mut node = None;
+    /// let graph = stream.capture(CaptureMode::Global, |s| {
+    ///     // SAFETY: add1(const float* x, float* y, int n) touches n elements of each buffer.
+    ///     node = Some(unsafe { s.launch(&add1, &cfg, (&x, &mut y, n as i32))? });
+    ///     Ok(())
+    /// })?;
+    /// let node = graph.node(node.expect("captured"))?;
+    /// let mut exec = graph.instantiate()?;
+    /// // Next replay: read another input, write another output; no re-capture.
+    /// let (x2, mut y2) = (DeviceBuffer::<f32>::zeroed(&ctx, n)?, DeviceBuffer::<f32>::alloc(&ctx, n)?);
+    /// // SAFETY: as above; the exec keeps x2 and y2 alive while it may read them.
+    /// unsafe { exec.set_kernel_args(node, (&x2, &mut y2, n as i32))? };
+    /// exec.launch(&stream)?;
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Safety
     /// As [`Stream::launch`], for every later replay.
     pub unsafe fn set_kernel_args<A: KernelArgs>(&mut self, node: Node, args: A) -> Result<()> {
@@ -593,24 +625,64 @@ impl GraphExec {
     }
 }
 
-impl Drop for GraphExec {
+/// An exec to destroy once parked (destroying a large exec costs host time: a 1000-node one
+/// about a millisecond), with the context it belongs to.
+struct ExecToDestroy(CUgraphExec, Context);
+
+// SAFETY: exec handles may be destroyed from any thread.
+unsafe impl Send for ExecToDestroy {}
+
+impl Drop for ExecToDestroy {
     fn drop(&mut self) {
-        if let Err(e) = self.wait_last_launch() {
-            // A launch may still use what the exec keeps: leak it rather than free it under the
-            // device's feet.
-            self.ctx.inner.record(Err(e));
-            self.retention.leak();
-            std::mem::forget(self.graph_keep.clone());
-            std::mem::forget(std::mem::take(&mut self.functions));
-            std::mem::forget(std::mem::take(&mut self.kernels));
-        }
-        let inner = &self.ctx.inner;
-        // SAFETY: we own the exec.
+        let inner = &self.1.inner;
+        // SAFETY: we own the exec; no launch of it runs any more (its fence completed) or the
+        // driver frees it once the launch completes.
         let r = inner.bind().and_then(|_| {
             check("cuGraphExecDestroy", unsafe {
-                cuda_sys::cuGraphExecDestroy(self.raw)
+                cuda_sys::cuGraphExecDestroy(self.0)
             })
         });
+        inner.record(r);
+    }
+}
+
+impl Drop for GraphExec {
+    /// Never blocks: the exec, its graph and what its nodes use are parked on the context
+    /// behind an event recorded after the exec's last launch, and destroyed or released by a
+    /// later drain ([`Context::poll`](crate::Context::poll),
+    /// [`Context::synchronize`](crate::Context::synchronize), instantiation, teardown). An exec
+    /// never launched is destroyed at once.
+    fn drop(&mut self) {
+        let exec = ExecToDestroy(self.raw, self.ctx.clone());
+        let inner = self.ctx.inner.clone();
+        let Some(stream) = self.last_stream.get_mut().take() else {
+            return drop(exec);
+        };
+        let parked: Vec<Parked> = vec![
+            Box::new(exec),
+            Box::new(self.graph.clone()),
+            Box::new(self.graph_keep.clone()),
+            Box::new(std::mem::replace(
+                &mut self.retention,
+                Retention::new(&self.ctx),
+            )),
+            Box::new(std::mem::take(&mut self.functions)),
+            Box::new(
+                std::mem::take(&mut self.kernels)
+                    .into_values()
+                    .map(|k| k.function)
+                    .collect::<Vec<_>>(),
+            ),
+        ];
+        // Cannot tell when the last launch ends: leak the exec and what it kept rather than
+        // free them under the device's feet (`park` leaks them itself when it fails).
+        let r = match inner.bind() {
+            Ok(()) => inner.released.park(&stream, parked),
+            Err(e) => {
+                std::mem::forget(parked);
+                Err(e)
+            }
+        };
         inner.record(r);
     }
 }

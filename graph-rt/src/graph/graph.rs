@@ -40,7 +40,8 @@ pub struct GraphAllocation {
     pub bytes: usize,
 }
 
-impl crate::launch::KernelArg for GraphAllocation {
+// SAFETY: the graph that allocated the memory owns it; `retain` has nothing to hand over.
+unsafe impl crate::launch::KernelArg for GraphAllocation {
     type Param = cuda_sys::CUdeviceptr;
     fn to_param(&self) -> cuda_sys::CUdeviceptr {
         self.ptr

@@ -163,11 +163,4 @@ impl Retention {
             + self.fences.iter().map(|f| f.keep.len()).sum::<usize>()
             + self.unfenced.len()
     }
-
-    /// Gives up on releasing anything: a launch may still use it and cannot be waited for.
-    pub(crate) fn leak(&mut self) {
-        std::mem::forget(std::mem::take(&mut self.bound));
-        std::mem::forget(self.fences.drain(..).map(|f| f.keep).collect::<Vec<_>>());
-        std::mem::forget(std::mem::take(&mut self.unfenced));
-    }
 }

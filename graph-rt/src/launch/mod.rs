@@ -6,7 +6,7 @@ mod args;
 mod config;
 mod launcher;
 
-pub use args::{KernelArg, KernelArgs};
+pub use args::{KernelArg, KernelArgList, KernelArgs};
 pub use config::{Dim3, LaunchConfig};
 pub(crate) use launcher::check_layout;
 pub use launcher::Launcher;

@@ -82,16 +82,20 @@ fn illegal_calls_inside_capture_are_typed_errors_and_the_stream_recovers() {
 fn sanitized_replay_after_user_drops_every_handle() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let (exec, out_ptr) = {
+    let (exec, x, out_ptr) = {
         let f = add1(&ctx);
-        let mut bufs = buffers(&ctx, 4);
+        let mut bufs = buffers(&ctx, 5);
+        // Fresh random input written before the capture: a replay reading freed (and reused,
+        // poisoned) memory gives wrong values, not the right ones by luck.
+        let x = fresh_input(&mut bufs[0]);
         let graph = stream
             .capture(CaptureMode::Global, |s| {
                 let cfg = LaunchConfig::for_elements(N, 256);
                 let (a, rest) = bufs.split_at_mut(1);
-                s.fill_zero(&mut a[0])?;
                 let (b, rest) = rest.split_at_mut(1);
-                let (c, d) = rest.split_at_mut(1);
+                let (c, rest) = rest.split_at_mut(1);
+                let (d, e) = rest.split_at_mut(1);
+                s.fill_zero(&mut e[0])?;
                 // SAFETY: N-element distinct buffers.
                 unsafe {
                     s.launch(&f, &cfg, (&a[0], &mut b[0], N as i32))?;
@@ -102,11 +106,15 @@ fn sanitized_replay_after_user_drops_every_handle() {
             .unwrap();
         let out_ptr = bufs[3].as_raw();
         let exec = graph.instantiate().unwrap();
-        (exec, out_ptr) // buffers, function, module and graph dropped here
+        (exec, x, out_ptr) // buffers, function, module and graph dropped here
     };
-    // Churn the allocator so freed memory would be reused.
+    // Churn the allocator so freed memory would be reused, poisoned with NaN.
     let churn: Vec<_> = (0..8)
-        .map(|_| DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap())
+        .map(|_| {
+            let mut b = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
+            b.fill_u32(0x7fc0_0000).unwrap();
+            b
+        })
         .collect();
     for _ in 0..3 {
         exec.launch(&stream).unwrap();
@@ -114,7 +122,7 @@ fn sanitized_replay_after_user_drops_every_handle() {
     stream.synchronize().unwrap();
     // SAFETY: the exec keeps the allocation alive; nothing else writes it now.
     let out = unsafe { DeviceBuffer::<f32>::from_raw(&ctx, out_ptr, N) };
-    assert_eq!(out.to_vec().unwrap(), vec![2.0; N]);
+    check_chain(&out, &x, 2);
     drop(churn);
     drop(out);
     drop(exec);

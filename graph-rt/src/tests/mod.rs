@@ -1,6 +1,7 @@
 //! GPU tests of the safe core. Each is `#[ignore = "needs a CUDA GPU"]`: a machine without one
 //! reports them as ignored; the GPU suite runs them with `--include-ignored`.
 
+mod args;
 mod chain;
 #[cfg(feature = "cudarc")]
 mod cudarc;
@@ -12,6 +13,7 @@ mod memory;
 mod programmatic;
 mod retention;
 mod runtime;
+mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use rand::Rng;

@@ -117,3 +117,63 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
     drop(exec);
     assert!(previous.is_some_and(|w| w.upgrade().is_none()));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn dropping_a_running_1000_node_exec_returns_in_microseconds_and_parks_what_it_uses() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut bufs = buffers(&ctx, 1001);
+    let exec = capture_chain(&stream, &f, &bufs)
+        .unwrap()
+        .instantiate()
+        .unwrap();
+    exec.upload(&stream).unwrap();
+    let x = fresh_input(&mut bufs[0]);
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    // Only the exec holds the middle buffers from here on.
+    let middle = weak(&bufs[1..1000]);
+    let last = bufs.pop().unwrap();
+    let first = bufs.remove(0);
+    drop(bufs);
+    let mut times = Vec::new();
+    let mut exec = Some(exec);
+    // Three replays queued (about 3.5 ms of device work), then the drop.
+    for _ in 0..3 {
+        exec.as_ref().unwrap().launch(&stream).unwrap();
+    }
+    let start = std::time::Instant::now();
+    drop(exec.take());
+    times.push(start.elapsed());
+    assert!(
+        !stream.is_idle().unwrap(),
+        "the exec finished before the drop returned: nothing was measured"
+    );
+    assert!(
+        middle.iter().all(|w| w.upgrade().is_some()),
+        "a buffer a running launch reads was released"
+    );
+    eprintln!(
+        "drop of a running 1000-node exec returned in {:?}",
+        times[0]
+    );
+    assert!(
+        times[0] < std::time::Duration::from_micros(50),
+        "the drop took {:?}",
+        times[0]
+    );
+    stream.synchronize().unwrap();
+    check_chain(&last, &x, 1000);
+    assert_eq!(
+        ctx.poll().unwrap(),
+        0,
+        "parked batches left after the work finished"
+    );
+    assert!(
+        middle.iter().all(|w| w.upgrade().is_none()),
+        "the parked buffers were not released"
+    );
+    drop(first);
+}
