@@ -173,8 +173,8 @@ fn describe(code: CUresult) -> (String, String) {
         let _ = cuda_sys::cuGetErrorString(code, &mut text);
     }
     let read = |p: *const std::ffi::c_char| {
-        // SAFETY: non-null pointers from cuGetErrorName/String point at static C strings.
         (!p.is_null()).then(|| {
+            // SAFETY: non-null pointers from cuGetErrorName/String point at static C strings.
             unsafe { std::ffi::CStr::from_ptr(p) }
                 .to_string_lossy()
                 .into_owned()

@@ -21,7 +21,11 @@
 //! assert_eq!(y.to_vec()?[0], 5.0);
 //! # Ok(()) }
 //! ```
-#![deny(unsafe_op_in_unsafe_fn, missing_docs)]
+#![deny(
+    unsafe_op_in_unsafe_fn,
+    missing_docs,
+    clippy::undocumented_unsafe_blocks
+)]
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
 // <- `graph/` (scripts/check-module-cycles fails CI on a cycle between folders).

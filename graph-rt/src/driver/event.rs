@@ -166,8 +166,8 @@ impl Drop for EventHandle {
             return;
         }
         let inner = &self.ctx.inner;
-        // SAFETY: we created the event; destroying a recorded event is allowed.
         let r = inner.bind().and_then(|_| {
+            // SAFETY: we created the event; destroying a recorded event is allowed.
             check("cuEventDestroy", unsafe {
                 cuda_sys::cuEventDestroy(self.raw)
             })

@@ -551,8 +551,8 @@ impl Drop for Allocation {
                 .ctx
                 .bind()
                 .and_then(|_| check("cuMemFree", unsafe { cuda_sys::cuMemFree(self.ptr) })),
-            // SAFETY: we allocated `ptr` on this stream, which we keep alive.
             Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
+                // SAFETY: we allocated `ptr` on this stream, which we keep alive.
                 check("cuMemFreeAsync", unsafe {
                     cuda_sys::cuMemFreeAsync(self.ptr, stream.raw())
                 })

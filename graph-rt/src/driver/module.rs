@@ -176,8 +176,8 @@ impl Drop for ModuleInner {
     fn drop(&mut self) {
         if self.owned {
             let inner = &self.ctx.inner;
-            // SAFETY: we loaded the module; no Function of it is alive (they hold this value).
             let r = inner.bind().and_then(|_| {
+                // SAFETY: we loaded the module; no Function of it is alive (they hold this value).
                 check("cuModuleUnload", unsafe {
                     cuda_sys::cuModuleUnload(self.raw)
                 })

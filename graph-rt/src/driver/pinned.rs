@@ -76,8 +76,8 @@ impl<T: Pod> Drop for PinnedHostBuffer<T> {
         if self.len == 0 || std::mem::size_of::<T>() == 0 {
             return;
         }
-        // SAFETY: we allocated `ptr` with cuMemHostAlloc.
         let r = self.ctx.bind().and_then(|_| {
+            // SAFETY: we allocated `ptr` with cuMemHostAlloc.
             check("cuMemFreeHost", unsafe {
                 cuda_sys::cuMemFreeHost(self.ptr.cast())
             })

@@ -237,8 +237,8 @@ impl Drop for StreamInner {
             return;
         }
         let inner = &self.ctx.inner;
-        // SAFETY: we created the stream; work queued on it still completes after destruction.
         let r = inner.bind().and_then(|_| {
+            // SAFETY: we created the stream; work queued on it still completes after destruction.
             check("cuStreamDestroy", unsafe {
                 cuda_sys::cuStreamDestroy(self.raw)
             })

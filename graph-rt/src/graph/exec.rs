@@ -635,9 +635,9 @@ unsafe impl Send for ExecToDestroy {}
 impl Drop for ExecToDestroy {
     fn drop(&mut self) {
         let inner = &self.1.inner;
-        // SAFETY: we own the exec; no launch of it runs any more (its fence completed) or the
-        // driver frees it once the launch completes.
         let r = inner.bind().and_then(|_| {
+            // SAFETY: we own the exec; no launch of it runs any more (its fence completed) or the
+            // driver frees it once the launch completes.
             check("cuGraphExecDestroy", unsafe {
                 cuda_sys::cuGraphExecDestroy(self.0)
             })

@@ -126,8 +126,8 @@ impl Drop for GraphHandle {
             return;
         }
         let inner = &self.ctx.inner;
-        // SAFETY: the last owner of the graph is gone.
         let r = inner.bind().and_then(|_| {
+            // SAFETY: the last owner of the graph is gone.
             check("cuGraphDestroy", unsafe {
                 cuda_sys::cuGraphDestroy(self.raw)
             })
