@@ -56,7 +56,7 @@ impl Context {
                 device,
                 primary: true,
                 deferred: Mutex::new(Vec::new()),
-                released: ReleaseQueue::default(),
+                released: ReleaseQueue::new(raw),
                 _owner: None,
             }),
         };
@@ -89,7 +89,7 @@ impl Context {
                 device,
                 primary: false,
                 deferred: Mutex::new(Vec::new()),
-                released: ReleaseQueue::default(),
+                released: ReleaseQueue::new(raw),
                 _owner: owner,
             }),
         }
@@ -126,9 +126,10 @@ impl Context {
         Ok(())
     }
 
-    /// Releases what drops parked (an exec dropped while it ran keeps what its nodes use until
-    /// its last launch has finished) once the device is done with it, without waiting. Returns
-    /// how many parked batches remain. [`Context::synchronize`] and instantiation do this too.
+    /// Releases on this thread what drops parked (an exec dropped while it ran keeps what its
+    /// nodes use until its last launch has finished) and the device is done with, without
+    /// waiting. Returns how many parked batches remain. The context's release thread does the
+    /// same in the background; [`Context::synchronize`] releases everything.
     pub fn poll(&self) -> Result<usize> {
         self.bind()?;
         Ok(self.inner.released.drain(false))
@@ -185,6 +186,7 @@ impl ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
+        self.released.stop();
         if self.released.len() > 0 {
             // Teardown: nothing parked may outlive the context; wait for the device first.
             let r = self.bind().and_then(|_| {

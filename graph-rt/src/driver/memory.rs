@@ -538,19 +538,35 @@ impl Allocation {
     }
 }
 
+/// Device memory from `cuMemAlloc`, freed when dropped: on the context's release thread, since
+/// `cuMemFree` waits for the device.
+struct DeviceMemory(CUdeviceptr, Arc<ContextInner>);
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        let r = self.1.bind().and_then(|_| {
+            // SAFETY: we allocated the memory with cuMemAlloc and nothing else refers to it;
+            // cuMemFree synchronizes with the device before freeing, so no queued work still
+            // uses it.
+            check("cuMemFree", unsafe { cuda_sys::cuMemFree(self.0) })
+        });
+        self.1.record(r);
+    }
+}
+
 impl Drop for Allocation {
+    /// Never blocks: memory of `cuMemAlloc` is freed on the context's release thread (after the
+    /// device is done with it), stream-ordered memory in stream order.
     fn drop(&mut self) {
         if self.ptr == 0 {
             return;
         }
         let r = match &self.backing {
             Backing::Foreign => return,
-            // SAFETY: we allocated `ptr` with cuMemAlloc; cuMemFree synchronizes with the device
-            // before freeing, so no queued work still uses it.
-            Backing::Device => self
-                .ctx
-                .bind()
-                .and_then(|_| check("cuMemFree", unsafe { cuda_sys::cuMemFree(self.ptr) })),
+            Backing::Device => {
+                let memory = DeviceMemory(self.ptr, self.ctx.clone());
+                return self.ctx.released.release_later(Box::new(memory));
+            }
             Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
                 // SAFETY: we allocated `ptr` on this stream, which we keep alive.
                 check("cuMemFreeAsync", unsafe {

@@ -23,7 +23,7 @@ pub(crate) use memory::Allocation;
 pub use memory::DeviceBuffer;
 pub use module::{Function, Module, ParamInfo};
 pub use pinned::PinnedHostBuffer;
-pub(crate) use release::Parked;
+pub(crate) use release::{capture_lock, Parked};
 pub(crate) use stream::StreamInner;
 pub use stream::{CaptureStatus, Stream, StreamFlags};
 pub use view::DeviceView;

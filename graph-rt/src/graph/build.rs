@@ -217,6 +217,8 @@ impl Graph {
         let node = self.add_node("cuGraphAddMemAllocNode", deps, |n, g, d, len| unsafe {
             cuda_sys::cuGraphAddMemAllocNode(n, g, d, len, &mut p)
         })?;
+        let one_exec = &self.handle.one_exec;
+        one_exec.store(true, std::sync::atomic::Ordering::Relaxed);
         Ok((node, GraphAllocation { ptr: p.dptr, bytes }))
     }
 

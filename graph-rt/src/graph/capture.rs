@@ -10,9 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
 use cuda_sys::{CUgraph, CUgraphNode, CUstreamCaptureMode};
+use parking_lot::RwLockReadGuard;
 
 use super::graph::{node_count, raw_nodes, Graph, Node};
 use super::identity::{CapturedNode, Creation};
+use crate::driver::capture_lock;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
@@ -218,10 +220,17 @@ struct ActiveCapture<'s, 'g> {
     into: Option<&'g mut Graph>,
     ended: bool,
     succeeded: bool,
+    // A global-mode capture keeps the release threads from freeing memory meanwhile (dropped
+    // after `drop` has ended the capture).
+    _no_release: Option<RwLockReadGuard<'static, ()>>,
 }
 
 impl<'s, 'g> ActiveCapture<'s, 'g> {
-    fn new(stream: &'s Stream, into: Option<&'g mut Graph>) -> Self {
+    fn new(
+        stream: &'s Stream,
+        into: Option<&'g mut Graph>,
+        no_release: Option<RwLockReadGuard<'static, ()>>,
+    ) -> Self {
         let scope = CaptureScope {
             stream,
             keep: RefCell::new(Vec::new()),
@@ -235,6 +244,7 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
             into,
             ended: false,
             succeeded: false,
+            _no_release: no_release,
         }
     }
 
@@ -333,12 +343,13 @@ impl Stream {
         F: FnOnce(&CaptureScope<'_>) -> Result<()>,
     {
         self.context().bind()?;
+        let no_release = (mode == CaptureMode::Global).then(capture_lock);
         // SAFETY: valid stream of the current context.
         check("cuStreamBeginCapture", unsafe {
             cuda_sys::cuStreamBeginCapture(self.as_raw(), mode.raw())
         })
         .map_err(Error::into_capture)?;
-        let mut active = ActiveCapture::new(self, None);
+        let mut active = ActiveCapture::new(self, None, no_release);
         record(&active.scope).map_err(Error::into_capture)?;
         let raw = active.end()?;
         let keep = std::mem::take(active.scope.keep.get_mut());
@@ -370,6 +381,7 @@ impl Stream {
         let handle = graph.handle.clone();
         let _guard = handle.lock("cuStreamBeginCaptureToGraph")?;
         let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;
+        let no_release = (mode == CaptureMode::Global).then(capture_lock);
         // SAFETY: valid stream, graph and dependency list; no edge data.
         check("cuStreamBeginCaptureToGraph", unsafe {
             cuda_sys::cuStreamBeginCaptureToGraph(
@@ -382,7 +394,7 @@ impl Stream {
             )
         })
         .map_err(Error::into_capture)?;
-        let mut active = ActiveCapture::new(self, Some(graph));
+        let mut active = ActiveCapture::new(self, Some(graph), no_release);
         record(&active.scope).map_err(Error::into_capture)?;
         active.end()?;
         active.succeeded = true;

@@ -151,11 +151,18 @@ impl Graph {
 
     /// Instantiates the graph (`cuGraphInstantiateWithFlags`, or `cuGraphInstantiateWithParams`
     /// when it uploads too).
+    ///
+    /// A graph with memory nodes (or, later, device-updatable kernel nodes) can have one exec at a
+    /// time (CUDA): drop the previous exec before instantiating it again (the drop does not wait
+    /// for the exec's launches; CUDA frees a running exec once they finish).
+    /// [`GraphExec::update`] falling back to re-instantiation waits for the old exec's last
+    /// launch, then destroys it.
     pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
         let flags = options.flags();
         // A non-launch call: release what earlier drops parked and the device is done with.
         self.ctx.bind()?;
         self.ctx.inner.released.drain(false);
+        self.ctx.inner.released.start();
         let raw = instantiate_raw(self, flags, options.upload)?;
         Ok(GraphExec {
             raw,
@@ -648,18 +655,32 @@ impl Drop for ExecToDestroy {
 
 impl Drop for GraphExec {
     /// Never blocks: the exec, its graph and what its nodes use are parked on the context
-    /// behind an event recorded after the exec's last launch, and destroyed or released by a
-    /// later drain ([`Context::poll`](crate::Context::poll),
-    /// [`Context::synchronize`](crate::Context::synchronize), instantiation, teardown). An exec
-    /// never launched is destroyed at once.
+    /// behind an event recorded after the exec's last launch, and destroyed or released by the
+    /// context's release thread once that launch has finished (or by
+    /// [`Context::poll`](crate::Context::poll), [`Context::synchronize`](crate::Context::synchronize)
+    /// or teardown). An exec never launched is destroyed at once, and so is the exec of a graph
+    /// with memory nodes (CUDA allows one exec of such a graph at a time, and frees a running exec
+    /// once its launch completes), so that the graph can be instantiated again at once.
     fn drop(&mut self) {
         let exec = ExecToDestroy(self.raw, self.ctx.clone());
         let inner = self.ctx.inner.clone();
         let Some(stream) = self.last_stream.get_mut().take() else {
             return drop(exec);
         };
+        // CUDA allows one exec at a time of a graph with memory nodes: destroy this one now, so
+        // that the graph can be instantiated again at once (CUDA frees it after its last launch).
+        let exec: Parked = if self
+            .graph
+            .one_exec
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            drop(exec);
+            Box::new(())
+        } else {
+            Box::new(exec)
+        };
         let parked: Vec<Parked> = vec![
-            Box::new(exec),
+            exec,
             Box::new(self.graph.clone()),
             Box::new(self.graph_keep.clone()),
             Box::new(std::mem::replace(

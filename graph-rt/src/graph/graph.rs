@@ -83,6 +83,8 @@ pub(crate) struct GraphHandle {
     broken: std::sync::atomic::AtomicBool,
     // The order graph-rt made the nodes in (see `identity`).
     pub(crate) creation: parking_lot::Mutex<Creation>,
+    // Has a memory node graph-rt made: CUDA allows one exec of it at a time.
+    pub(crate) one_exec: std::sync::atomic::AtomicBool,
 }
 
 impl GraphHandle {
@@ -191,6 +193,7 @@ impl Graph {
             lock: parking_lot::ReentrantMutex::new(()),
             broken: std::sync::atomic::AtomicBool::new(false),
             creation: parking_lot::Mutex::new(creation),
+            one_exec: std::sync::atomic::AtomicBool::new(false),
         });
         Self {
             raw,

@@ -43,6 +43,17 @@ impl std::ops::Deref for TestContext {
     }
 }
 
+impl Drop for TestContext {
+    /// Each test leaves its context idle and releases what its drops parked, so that a leak
+    /// check at exit sees only real leaks.
+    fn drop(&mut self) {
+        let r = self.ctx.synchronize();
+        if !std::thread::panicking() {
+            r.unwrap_or_else(|e| panic!("the test left its context broken: {e}"));
+        }
+    }
+}
+
 fn open(guard: Guard) -> TestContext {
     let ctx = Context::new(0).unwrap_or_else(|e| panic!("no CUDA context: {e}"));
     TestContext { ctx, _guard: guard }

@@ -72,6 +72,8 @@ fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
         "old graphs' buffers still held"
     );
     drop(exec);
+    // The exec's drop parks what it used; the device is idle, so synchronize releases it.
+    ctx.synchronize().unwrap();
     assert!(updates.iter().flatten().all(|w| w.upgrade().is_none()));
 }
 
@@ -115,6 +117,7 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
         check_chain(&bufs[200], &x, 200);
     }
     drop(exec);
+    ctx.synchronize().unwrap();
     assert!(previous.is_some_and(|w| w.upgrade().is_none()));
 }
 
