@@ -120,19 +120,22 @@ impl Context {
     /// parked (see [`Context::poll`]).
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
+        let mark = self.inner.released.mark();
         // SAFETY: the context is current.
         check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })?;
-        self.inner.released.drain(true);
+        self.inner.released.synchronized(mark);
         Ok(())
     }
 
     /// Releases on this thread what drops parked (an exec dropped while it ran keeps what its
     /// nodes use until its last launch has finished) and the device is done with, without
     /// waiting. Returns how many parked batches remain. The context's release thread does the
-    /// same in the background; [`Context::synchronize`] releases everything.
+    /// same in the background; [`Context::synchronize`] releases everything parked before it.
+    /// Nothing is released while a global-mode capture of graph-rt runs (freeing memory would
+    /// invalidate it).
     pub fn poll(&self) -> Result<usize> {
         self.bind()?;
-        Ok(self.inner.released.drain(false))
+        Ok(self.inner.released.poll())
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).
@@ -186,9 +189,8 @@ impl ContextInner {
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        self.released.stop();
-        if self.released.len() > 0 {
-            // Teardown: nothing parked may outlive the context; wait for the device first.
+        // Teardown: nothing parked may outlive the context; wait for the device first.
+        self.released.teardown(|| {
             let r = self.bind().and_then(|_| {
                 // SAFETY: the context is alive and current.
                 check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })
@@ -196,8 +198,7 @@ impl Drop for ContextInner {
             if let Err(e) = r {
                 tracing::error!(error = %e, "graph-rt: could not synchronize a context being torn down");
             }
-            self.released.drain(true);
-        }
+        });
         if self.primary {
             // SAFETY: we retained the primary context of this device in `Context::new`.
             let r = check("cuDevicePrimaryCtxRelease", unsafe {

@@ -43,18 +43,20 @@ pub(crate) fn capture_lock() -> RwLockReadGuard<'static, ()> {
 }
 
 /// When a parked batch may be released.
-#[derive(Clone, Copy, PartialEq, Eq)]
 enum Fence {
-    /// Once this event (recorded after the last work that can use the batch) has completed.
+    /// Once this event (recorded after the last work that can use the batch) has completed, or
+    /// the context is known idle since the batch was parked.
     Event(CUevent),
     /// At once: the batch's own release waits for the device where it must (`cuMemFree`).
     None,
-    /// Only once the whole context is known idle: no event could be recorded (the stream was
-    /// capturing).
-    Idle,
+    /// The stream of the last work was capturing, so no event could be recorded: the release
+    /// thread records one once the capture has ended.
+    Capturing(Arc<StreamInner>),
 }
 
 struct Entry {
+    // Parking order: `synchronize` releases the batches parked before it waited.
+    seq: u64,
     fence: Fence,
     parked: Vec<Parked>,
 }
@@ -62,16 +64,19 @@ struct Entry {
 #[derive(Default)]
 struct State {
     entries: VecDeque<Entry>,
+    next_seq: u64,
     // Taken by the release thread, being released now.
     in_progress: usize,
     stop: bool,
     started: bool,
+    // The release thread runs (false before it starts, and if it could not be started).
+    running: bool,
 }
 
 struct Shared {
     ctx: usize,
     state: Mutex<State>,
-    // Signals new entries and stop to the thread, and finished releases to `drain`.
+    // Signals new entries and stop to the thread, and finished releases to `synchronized`.
     changed: Condvar,
 }
 
@@ -102,10 +107,10 @@ impl ReleaseQueue {
     /// Parks `parked` until the work queued on `stream` so far has finished. The context must
     /// be current. When no fence can be recorded, `parked` is leaked (kept alive for good): it
     /// may still be in use, and nothing could tell when it stops being.
-    pub(crate) fn park(&self, stream: &StreamInner, parked: Vec<Parked>) -> Result<()> {
+    pub(crate) fn park(&self, stream: &Arc<StreamInner>, parked: Vec<Parked>) -> Result<()> {
         match fence_after(stream) {
             Ok(fence) => {
-                self.push(Entry { fence, parked });
+                self.push(fence, parked);
                 Ok(())
             }
             Err(e) => {
@@ -115,23 +120,27 @@ impl ReleaseQueue {
         }
     }
 
-    /// Hands `parked` to the release thread, to be dropped there at once (its drop waits for
-    /// the device itself where it must).
+    /// Drops `parked` on the release thread (its drop waits for the device itself where it
+    /// must), or here when there is no release thread.
     pub(crate) fn release_later(&self, parked: Parked) {
-        self.push(Entry {
-            fence: Fence::None,
-            parked: vec![parked],
-        });
+        if !self.shared.state.lock().running {
+            return drop(parked);
+        }
+        self.push(Fence::None, vec![parked]);
     }
 
-    fn push(&self, entry: Entry) {
-        self.shared.state.lock().entries.push_back(entry);
+    fn push(&self, fence: Fence, parked: Vec<Parked>) {
+        let mut state = self.shared.state.lock();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        state.entries.push_back(Entry { seq, fence, parked });
+        drop(state);
         self.start();
         self.shared.changed.notify_all();
     }
 
-    /// Starts the release thread unless it runs. Instantiation calls this, so that the first
-    /// drop of an exec does not pay for starting a thread.
+    /// Starts the release thread unless it was started. Instantiation calls this, so that the
+    /// first drop of an exec does not pay for starting a thread.
     pub(crate) fn start(&self) {
         let mut state = self.shared.state.lock();
         if state.started {
@@ -144,28 +153,72 @@ impl ReleaseQueue {
             .name("graph-rt-release".into())
             .spawn(move || release_thread(&shared));
         match spawned {
-            Ok(handle) => *self.thread.lock() = Some(handle),
-            // No thread: batches wait for `poll`, `synchronize` or teardown.
+            Ok(handle) => {
+                self.shared.state.lock().running = true;
+                *self.thread.lock() = Some(handle);
+            }
+            // No thread: batches wait for `poll`, `synchronize` or teardown, and memory is
+            // freed where it is dropped.
             Err(e) => tracing::warn!(error = %e, "graph-rt: no release thread"),
         }
     }
 
-    /// Releases, on this thread, what completed fences hold, or everything when `idle` (the
-    /// caller knows the context has finished all work; then it also waits for what the release
-    /// thread is releasing). Returns how many batches stay parked. The context must be current.
-    pub(crate) fn drain(&self, idle: bool) -> usize {
-        let (done, left) = {
-            let mut state = self.shared.state.lock();
-            let done = take_ready(&mut state.entries, idle);
-            if idle && !RELEASE_THREAD.with(|t| t.get()) {
-                while state.in_progress > 0 {
-                    self.shared.changed.wait(&mut state);
-                }
+    /// Releases, on this thread, what the device is done with. Returns how many batches stay
+    /// parked. The context must be current. Releases nothing while a global-mode capture of
+    /// graph-rt runs (freeing memory would invalidate it), also when called inside one.
+    pub(crate) fn poll(&self) -> usize {
+        self.release_ready(None)
+    }
+
+    /// The point `synchronized` releases up to: call before waiting for the context.
+    pub(crate) fn mark(&self) -> u64 {
+        self.shared.state.lock().next_seq
+    }
+
+    /// After the context was synchronized: releases every batch parked before `mark` (and what
+    /// their release hands back), waiting for what the release thread is releasing.
+    pub(crate) fn synchronized(&self, mark: u64) -> usize {
+        self.release_ready(Some(mark));
+        let mut state = self.shared.state.lock();
+        if !RELEASE_THREAD.with(|t| t.get()) {
+            while state.in_progress > 0 {
+                self.shared.changed.wait(&mut state);
             }
-            (done, state.entries.len())
+        }
+        drop(state);
+        self.release_ready(Some(mark))
+    }
+
+    fn release_ready(&self, idle_before: Option<u64>) -> usize {
+        let Some(_no_capture) = CAPTURE_LOCK.try_write() else {
+            return self.len();
         };
-        release(done);
-        left
+        // Released drops may park again (a buffer's memory): loop until nothing is ready.
+        loop {
+            let done = take_ready(&mut self.shared.state.lock().entries, idle_before);
+            if done.is_empty() {
+                return self.len();
+            }
+            release(done);
+        }
+    }
+
+    /// Teardown, with nothing of the context left in use: stops the thread, waits for the
+    /// device and releases everything.
+    pub(crate) fn teardown(&self, synchronize: impl FnOnce()) {
+        self.stop();
+        if self.len() == 0 {
+            return;
+        }
+        synchronize();
+        // Not while a global-mode capture runs in another thread (give it a moment to end).
+        let Some(_no_capture) = CAPTURE_LOCK.try_write_for(Duration::from_millis(100)) else {
+            let n = self.len();
+            tracing::warn!("graph-rt: a capture runs while its context is torn down: leaking {n} parked batches");
+            return std::mem::forget(std::mem::take(&mut self.shared.state.lock().entries));
+        };
+        let entries = std::mem::take(&mut self.shared.state.lock().entries);
+        release(entries.into());
     }
 
     /// How many batches are parked (not counting those being released).
@@ -174,7 +227,7 @@ impl ReleaseQueue {
     }
 
     /// Stops the release thread (after the batch it is releasing, if any).
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         self.shared.state.lock().stop = true;
         self.shared.changed.notify_all();
         if let Some(handle) = self.thread.lock().take() {
@@ -187,18 +240,22 @@ impl ReleaseQueue {
     }
 }
 
-/// Takes the entries that may be released now, keeping the others in order.
-fn take_ready(entries: &mut VecDeque<Entry>, idle: bool) -> Vec<Entry> {
+/// Takes the entries that may be released now (events completed, or parked before
+/// `idle_before` when the context has been synchronized since), keeping the others in order.
+fn take_ready(entries: &mut VecDeque<Entry>, idle_before: Option<u64>) -> Vec<Entry> {
     let mut done = Vec::new();
     let mut i = 0;
     while i < entries.len() {
-        let ready = match entries[i].fence {
+        let e = &entries[i];
+        let ready = match &e.fence {
             Fence::None => true,
-            Fence::Idle => idle,
-            Fence::Event(e) => {
-                // SAFETY: a live event we created, of the current context.
-                let query = unsafe { cuda_sys::cuEventQuery(e) };
-                idle || query == Ok(CUresult::CUDA_SUCCESS)
+            Fence::Capturing(_) => false,
+            Fence::Event(event) => {
+                idle_before.is_some_and(|m| e.seq < m) || {
+                    // SAFETY: a live event we created, of the current context.
+                    let query = unsafe { cuda_sys::cuEventQuery(*event) };
+                    query == Ok(CUresult::CUDA_SUCCESS)
+                }
             }
         };
         if ready {
@@ -221,6 +278,24 @@ fn release(done: Vec<Entry>) {
     }
 }
 
+/// Gives the batches parked while their stream captured an event fence, once it no longer
+/// captures. Returns whether any batch may be released by waiting.
+fn fence_captured(entries: &mut VecDeque<Entry>) -> bool {
+    let mut waiting = false;
+    for e in entries.iter_mut() {
+        if let Fence::Capturing(stream) = &e.fence {
+            match fence_after(stream) {
+                Ok(Fence::Capturing(_)) => continue,
+                Ok(fence) => e.fence = fence,
+                // Cannot tell when the work ends: this batch stays for synchronize/teardown.
+                Err(_) => continue,
+            }
+        }
+        waiting = true;
+    }
+    waiting
+}
+
 fn release_thread(shared: &Shared) {
     RELEASE_THREAD.with(|t| t.set(true));
     let mut backoff = Duration::from_micros(20);
@@ -229,31 +304,28 @@ fn release_thread(shared: &Shared) {
         if state.stop {
             return;
         }
-        let waiting = state.entries.iter().any(|e| e.fence != Fence::Idle);
-        if !waiting {
+        if state.entries.is_empty() {
             shared.changed.wait(&mut state);
             continue;
         }
         drop(state);
         // Waits for graph-rt's global-mode captures to end, checking for stop meanwhile (the
         // context may be torn down by a thread that captures).
-        let Some(_no_capture) = CAPTURE_LOCK.try_write_for(Duration::from_millis(1)) else {
+        let Some(no_capture) = CAPTURE_LOCK.try_write_for(Duration::from_millis(1)) else {
             continue;
         };
-        let released = {
-            // SAFETY: the context is alive while batches that hold it are parked.
-            let _ = unsafe { cuda_sys::cuCtxSetCurrent(shared.ctx as CUcontext) };
-            let done = {
-                let mut state = shared.state.lock();
-                let done = take_ready(&mut state.entries, false);
-                state.in_progress += done.len();
-                done
-            };
-            let n = done.len();
-            release(done);
-            n
+        // SAFETY: the context is alive while batches that hold it are parked.
+        let _ = unsafe { cuda_sys::cuCtxSetCurrent(shared.ctx as CUcontext) };
+        let done = {
+            let mut state = shared.state.lock();
+            fence_captured(&mut state.entries);
+            let done = take_ready(&mut state.entries, None);
+            state.in_progress += done.len();
+            done
         };
-        drop(_no_capture);
+        let released = done.len();
+        release(done);
+        drop(no_capture);
         if released > 0 {
             shared.state.lock().in_progress -= released;
             shared.changed.notify_all();
@@ -265,12 +337,12 @@ fn release_thread(shared: &Shared) {
     }
 }
 
-/// A new event recorded at the current end of `stream`, or [`Fence::Idle`] while the stream
-/// captures (the record would become a node of the user's graph).
-fn fence_after(stream: &StreamInner) -> Result<Fence> {
+/// A new event recorded at the current end of `stream`, or [`Fence::Capturing`] while the
+/// stream captures (the record would become a node of the user's graph).
+fn fence_after(stream: &Arc<StreamInner>) -> Result<Fence> {
     let none = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     if stream.capture_status()? != none {
-        return Ok(Fence::Idle);
+        return Ok(Fence::Capturing(stream.clone()));
     }
     let mut event = std::ptr::null_mut();
     let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;

@@ -41,7 +41,9 @@ impl Graph {
             })?;
             Ok(node)
         })?;
-        // The node exists from here on: keep what it uses before anything else can fail.
+        // The node exists from here on: record it and keep what it uses before anything else
+        // can fail.
+        self.handle.creation.lock().nodes.push(node);
         args.retain(self.kept());
         self.functions.insert(f.as_raw() as usize, f.clone());
         for attr in config.attributes() {
@@ -50,7 +52,6 @@ impl Graph {
                 cuda_sys::cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)
             })?;
         }
-        self.handle.creation.lock().nodes.push(node);
         Ok(Node {
             raw: node,
             graph: self.handle.id,

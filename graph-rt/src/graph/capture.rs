@@ -59,6 +59,11 @@ pub struct CaptureScope<'s> {
     seen: RefCell<Vec<Option<CUgraphNode>>>,
 }
 
+/// The error of a capture operation on no elements, which would make no node.
+fn empty(call: &'static str) -> Error {
+    Error::invalid(call, "no elements: the operation would make no graph node")
+}
+
 /// Identifies captures for [`CapturedNode`]s; never reused.
 static NEXT_CAPTURE_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -135,6 +140,9 @@ impl<'s> CaptureScope<'s> {
         // SAFETY: the driver returned one dependency, valid until the next capture call.
         let node = ok.then(|| unsafe { *deps });
         let mut seen = self.seen.borrow_mut();
+        // An operation that made no node would leave the previous one as the dependency (the
+        // scope refuses those it knows, such as empty copies): unknown, never a wrong node.
+        let node = node.filter(|n| seen.last() != Some(&Some(*n)));
         seen.push(node);
         CapturedNode {
             capture: self.id,
@@ -168,6 +176,9 @@ impl<'s> CaptureScope<'s> {
         dst: &mut DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
     ) -> Result<CapturedNode> {
+        if dst.is_empty() || src.is_empty() {
+            return Err(empty("CaptureScope::copy"));
+        }
         // SAFETY: the graph keeps both buffers alive (below) for every replay.
         unsafe { dst.copy_from_device_async(src, self.stream)? };
         let mut keep = self.keep.borrow_mut();
@@ -178,6 +189,9 @@ impl<'s> CaptureScope<'s> {
 
     /// Records a zero fill of `dst`.
     pub fn fill_zero<T: Pod>(&self, dst: &mut DeviceBuffer<T>) -> Result<CapturedNode> {
+        if dst.is_empty() {
+            return Err(empty("CaptureScope::fill_zero"));
+        }
         // SAFETY: the graph keeps the buffer alive (below) for every replay.
         unsafe { dst.fill_zero_async(self.stream)? };
         self.keep.borrow_mut().push(dst.allocation().clone());

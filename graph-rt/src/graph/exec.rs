@@ -161,7 +161,7 @@ impl Graph {
         let flags = options.flags();
         // A non-launch call: release what earlier drops parked and the device is done with.
         self.ctx.bind()?;
-        self.ctx.inner.released.drain(false);
+        self.ctx.inner.released.poll();
         self.ctx.inner.released.start();
         let raw = instantiate_raw(self, flags, options.upload)?;
         Ok(GraphExec {
