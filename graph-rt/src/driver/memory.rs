@@ -450,8 +450,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// [`CaptureScope::fill_zero`](crate::CaptureScope::fill_zero), which keeps the buffer alive.
     ///
     /// # Safety
-    /// The buffer must outlive the fill: dropping it waits for queued work only when it was
-    /// allocated by [`DeviceBuffer::alloc`] (cuMemFree synchronizes) or on `stream` itself
+    /// The buffer must outlive the fill: dropping it keeps the memory until queued work is done
+    /// only when it was allocated by [`DeviceBuffer::alloc`] (freed by `cuMemFree`, which waits
+    /// for the device, on the context's release thread) or on `stream` itself
     /// ([`DeviceBuffer::alloc_async`]); and if `stream` is capturing, for every replay.
     pub unsafe fn fill_zero_async(&mut self, stream: &Stream) -> Result<()> {
         if self.len == 0 {

@@ -7,14 +7,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::{
-    CUgraphExec, CUgraphExecUpdateResult as R, CUgraphInstantiate_flags as F, CUgraphNode,
-};
+use cuda_sys::{CUgraphExec, CUgraphInstantiate_flags as F, CUgraphNode};
 
 use super::graph::{
     copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
 };
-use super::identity::pair;
+use super::identity::Identity;
 use super::retention::{AddrMap, InFlight, Retention};
 use crate::driver::Context;
 use crate::driver::DeviceBuffer;
@@ -49,57 +47,13 @@ impl InstantiateOptions<'_> {
     }
 }
 
-/// Why `cuGraphExecUpdate` could not apply a graph to an exec (`CUgraphExecUpdateResult`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UpdateFailureKind {
-    /// Invalid value, or another error.
-    Error,
-    /// Nodes or edges were added or removed.
-    TopologyChanged,
-    /// A node's type changed.
-    NodeTypeChanged,
-    /// A kernel node's function changed.
-    FunctionChanged,
-    /// A parameter changed in a way an update cannot apply.
-    ParametersChanged,
-    /// Something else the update does not support.
-    NotSupported,
-    /// The function changed in an unsupported way (e.g. cooperative launch).
-    UnsupportedFunctionChange,
-    /// A node attribute changed in an unsupported way.
-    AttributesChanged,
-    /// A result this header does not know.
-    Other(u32),
-}
-
-/// A failed exec update: why, and at which node of the new graph (and of the exec's graph).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("cuGraphExecUpdate could not update the exec: {kind:?} (node {node:?}, paired with {from_node:?})")]
-pub struct UpdateFailure {
-    /// Why.
-    pub kind: UpdateFailureKind,
-    /// The node of the new graph where the update failed, if the driver names one.
-    pub node: Option<Node>,
-    /// The node of the exec's graph it was paired with, if any.
-    pub from_node: Option<Node>,
-}
-
-/// What [`GraphExec::update`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExecUpdate {
-    /// The exec was updated in place.
-    Updated,
-    /// The update was refused; the exec was instantiated anew from the graph.
-    Reinstantiated(UpdateFailure),
-}
-
 /// An executable graph (`CUgraphExec`).
 ///
 /// It keeps alive everything the graph whose parameters it runs keeps alive, and what each node
 /// is rebound to. What a rebinding or an update replaces stays alive until every launch made
 /// before the change has finished (an event after the last launch tells), then is released: an
-/// exec rebound to fresh buffers every step holds a bounded set. Dropping it first waits for its
-/// last launch to finish.
+/// exec rebound to fresh buffers every step holds a bounded set. Dropping it never blocks: what
+/// it holds is released once its last launch has finished (see its `Drop`).
 /// CUDA does not allow concurrent calls on one exec: a `GraphExec` may move between threads
 /// (`Send`) but not be shared by them (`!Sync`), and every change takes `&mut self`:
 ///
@@ -108,26 +62,26 @@ pub enum ExecUpdate {
 /// shared_between_threads::<graph_rt_core::GraphExec>();
 /// ```
 pub struct GraphExec {
-    raw: CUgraphExec,
-    ctx: Context,
+    pub(super) raw: CUgraphExec,
+    pub(super) ctx: Context,
     // The graph instantiated: its nodes name this exec's nodes in per-node updates.
-    graph: Arc<GraphHandle>,
-    flags: u64,
+    pub(super) graph: Arc<GraphHandle>,
+    pub(super) flags: u64,
     // What the instantiated graph keeps alive.
-    graph_keep: Arc<Vec<Resource>>,
+    pub(super) graph_keep: Arc<Vec<Resource>>,
     // What rebound nodes use, and what they used while a launch may still read it.
-    retention: Retention,
-    functions: HashMap<usize, Function>,
+    pub(super) retention: Retention,
+    pub(super) functions: HashMap<usize, Function>,
     // Function and configuration of kernel nodes, read lazily and kept current.
-    kernels: AddrMap<KernelInfo>,
+    pub(super) kernels: AddrMap<KernelInfo>,
     // How graphs other than `graph` name this exec's nodes.
-    identity: Identity,
-    scratch: Vec<Resource>,
+    pub(super) identity: Identity,
+    pub(super) scratch: Vec<Resource>,
     // The stream of the last launch, until it is known finished, and the launch count.
-    last_stream: RefCell<Option<Arc<StreamInner>>>,
-    last_raw: Cell<usize>,
-    launches: Cell<u64>,
-    _not_sync: PhantomData<Cell<()>>,
+    pub(super) last_stream: RefCell<Option<Arc<StreamInner>>>,
+    pub(super) last_raw: Cell<usize>,
+    pub(super) launches: Cell<u64>,
+    pub(super) _not_sync: PhantomData<Cell<()>>,
 }
 
 // SAFETY: exec handles may be used from any thread; `!Sync` and `&mut self` for changes keep
@@ -183,7 +137,11 @@ impl Graph {
     }
 }
 
-fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result<CUgraphExec> {
+pub(super) fn instantiate_raw(
+    graph: &Graph,
+    flags: u64,
+    upload: Option<&Stream>,
+) -> Result<CUgraphExec> {
     graph.ctx.bind()?;
     let _guard = graph.handle.lock("cuGraphInstantiate")?;
     let mut raw = std::ptr::null_mut();
@@ -208,49 +166,6 @@ fn instantiate_raw(graph: &Graph, flags: u64, upload: Option<&Stream>) -> Result
     Ok(raw)
 }
 
-/// How the nodes of graphs other than the exec's own name its nodes (see `identity`): after an
-/// in-place update, the update's graph holds the current parameters and its nodes name the
-/// exec's; after a re-instantiation, the graph the exec ran before names the new one's nodes.
-#[derive(Default)]
-struct Identity {
-    // The graph whose nodes hold the current parameters (after an in-place update).
-    source: Option<Arc<GraphHandle>>,
-    // A graph whose nodes are accepted for the exec's own.
-    alias: Option<Arc<GraphHandle>>,
-    // Filled on first use: own node -> source node, alias node -> own node.
-    paired: bool,
-    to_source: AddrMap<CUgraphNode>,
-    from_alias: AddrMap<CUgraphNode>,
-}
-
-impl Identity {
-    /// Pairs the exec's nodes with the other graph's, once after each update.
-    fn pair(&mut self, own: &GraphHandle, call: &'static str) -> Result<()> {
-        if self.paired {
-            return Ok(());
-        }
-        let Some(other) = self.source.as_ref().or(self.alias.as_ref()) else {
-            return Ok(());
-        };
-        for (o, t) in pair(own, other, call)? {
-            if self.source.is_some() {
-                self.to_source.insert(o as usize, t);
-            }
-            self.from_alias.insert(t as usize, o);
-        }
-        self.paired = true;
-        Ok(())
-    }
-
-    fn reset(&mut self, source: Option<Arc<GraphHandle>>, alias: Option<Arc<GraphHandle>>) {
-        *self = Identity {
-            source,
-            alias,
-            ..Identity::default()
-        };
-    }
-}
-
 /// The exec's last launch, unless it is known finished.
 fn in_flight(last: &mut RefCell<Option<Arc<StreamInner>>>, launches: u64) -> Option<InFlight<'_>> {
     let stream = last.get_mut().as_deref()?;
@@ -263,7 +178,7 @@ fn in_flight(last: &mut RefCell<Option<Arc<StreamInner>>>, launches: u64) -> Opt
 impl GraphExec {
     /// Takes over what `graph` keeps alive and the functions its kernel nodes run; what the
     /// nodes used before is released once the launches that may still use it have finished.
-    fn absorb(&mut self, graph: &Graph) {
+    pub(super) fn absorb(&mut self, graph: &Graph) {
         let in_flight = in_flight(&mut self.last_stream, self.launches.get());
         let old = std::mem::replace(&mut self.graph_keep, graph.keep.clone());
         let old: Resource = old;
@@ -312,7 +227,8 @@ impl GraphExec {
         self.same_context(stream, "cuGraphLaunch")?;
         stream.context().bind()?;
         // SAFETY: valid exec and stream of its context; every resource the nodes use is kept
-        // alive by this exec while a launch may read it, and drop waits for the last launch.
+        // alive by this exec while a launch may read it, and drop parks it until the last
+        // launch has finished.
         check("cuGraphLaunch", unsafe {
             cuda_sys::cuGraphLaunch(self.raw, stream.as_raw())
         })?;
@@ -526,108 +442,6 @@ impl GraphExec {
             cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
         })?;
         self.bind(node_raw, &mut vec![dst.allocation().clone()]);
-        Ok(())
-    }
-
-    /// Updates the exec in place from `graph`, which must have the same topology as the exec's
-    /// graph (`cuGraphExecUpdate`). On failure nothing changed and the failure says why.
-    pub fn try_update(&mut self, graph: &Graph) -> std::result::Result<(), UpdateFailure> {
-        let fail = |kind| UpdateFailure {
-            kind,
-            node: None,
-            from_node: None,
-        };
-        let error = |_: Error| fail(UpdateFailureKind::Error);
-        self.ctx.bind().map_err(error)?;
-        let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
-        let r = {
-            let _guard = graph.handle.lock("cuGraphExecUpdate").map_err(error)?;
-            // SAFETY: valid exec, graph and out-pointer.
-            unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
-        };
-        if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
-            self.absorb(graph);
-            let h = graph.handle.clone();
-            self.identity.reset(Some(h.clone()), Some(h));
-            return Ok(());
-        }
-        let kind = match info.result {
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED => UpdateFailureKind::TopologyChanged,
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED => UpdateFailureKind::NodeTypeChanged,
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_FUNCTION_CHANGED => UpdateFailureKind::FunctionChanged,
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED => {
-                UpdateFailureKind::ParametersChanged
-            }
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED => UpdateFailureKind::NotSupported,
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_UNSUPPORTED_FUNCTION_CHANGE => {
-                UpdateFailureKind::UnsupportedFunctionChange
-            }
-            R::CU_GRAPH_EXEC_UPDATE_ERROR_ATTRIBUTES_CHANGED => {
-                UpdateFailureKind::AttributesChanged
-            }
-            R::CU_GRAPH_EXEC_UPDATE_ERROR | R::CU_GRAPH_EXEC_UPDATE_SUCCESS => {
-                UpdateFailureKind::Error
-            }
-            other => UpdateFailureKind::Other(other.0),
-        };
-        let node = |raw: cuda_sys::CUgraphNode, graph: u64| {
-            (!raw.is_null()).then_some(Node { raw, graph })
-        };
-        Err(UpdateFailure {
-            kind,
-            node: node(info.errorNode, graph.handle.id),
-            from_node: node(info.errorFromNode, self.graph.id),
-        })
-    }
-
-    /// Updates the exec from `graph` in place when the driver can, and otherwise instantiates
-    /// `graph` anew (with the exec's options) in its place.
-    pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
-        match self.try_update(graph) {
-            Ok(()) => Ok(ExecUpdate::Updated),
-            Err(failure) => {
-                let raw = instantiate_raw(graph, self.flags, None)?;
-                // Launches of the new exec are not ordered after those of the old one: wait for
-                // the old one's last launch before anything it uses may be released.
-                if let Err(e) = self.wait_last_launch() {
-                    // SAFETY: made just above, never launched.
-                    let r = check("cuGraphExecDestroy", unsafe {
-                        cuda_sys::cuGraphExecDestroy(raw)
-                    });
-                    self.ctx.inner.record(r);
-                    return Err(e);
-                }
-                // SAFETY: we own the old exec, which no launch uses any more.
-                let r = check("cuGraphExecDestroy", unsafe {
-                    cuda_sys::cuGraphExecDestroy(self.raw)
-                });
-                self.ctx.inner.record(r);
-                self.raw = raw;
-                self.absorb(graph);
-                // The graph the exec ran before names the new exec's nodes, unless the topology
-                // changed (then its nodes have no counterparts).
-                let before = self
-                    .identity
-                    .source
-                    .take()
-                    .unwrap_or_else(|| self.graph.clone());
-                let alias = (failure.kind != UpdateFailureKind::TopologyChanged).then_some(before);
-                self.graph = graph.handle.clone();
-                self.identity.reset(None, alias);
-                Ok(ExecUpdate::Reinstantiated(failure))
-            }
-        }
-    }
-
-    /// Waits for the last launch of this exec (launches of one exec run in order). Only once
-    /// that succeeded is the exec known idle.
-    fn wait_last_launch(&mut self) -> Result<()> {
-        if let Some(stream) = self.last_stream.get_mut() {
-            stream.synchronize()?;
-            *self.last_stream.get_mut() = None;
-            self.last_raw.set(0);
-            self.retention.idle();
-        }
         Ok(())
     }
 }

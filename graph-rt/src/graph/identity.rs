@@ -10,10 +10,12 @@
 //! topology leaves one choice.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use cuda_sys::{CUgraph, CUgraphNode};
 
 use super::graph::{edges_of, nodes_of, GraphHandle};
+use super::retention::AddrMap;
 use crate::error::{Error, Result};
 
 /// A node recorded by a [`CaptureScope`](super::CaptureScope) operation: resolve it with
@@ -130,5 +132,52 @@ fn unknown(call: &'static str) -> Error {
                  and is not a single chain; rebind through the graph the exec now runs, or \
                  build both graphs through graph-rt"
             .into(),
+    }
+}
+
+/// How the nodes of graphs other than the exec's own name its nodes (see `identity`): after an
+/// in-place update, the update's graph holds the current parameters and its nodes name the
+/// exec's; after a re-instantiation, the graph the exec ran before names the new one's nodes.
+#[derive(Default)]
+pub(crate) struct Identity {
+    // The graph whose nodes hold the current parameters (after an in-place update).
+    pub(crate) source: Option<Arc<GraphHandle>>,
+    // A graph whose nodes are accepted for the exec's own.
+    pub(crate) alias: Option<Arc<GraphHandle>>,
+    // Filled on first use: own node -> source node, alias node -> own node.
+    pub(crate) paired: bool,
+    pub(crate) to_source: AddrMap<CUgraphNode>,
+    pub(crate) from_alias: AddrMap<CUgraphNode>,
+}
+
+impl Identity {
+    /// Pairs the exec's nodes with the other graph's, once after each update.
+    pub(crate) fn pair(&mut self, own: &GraphHandle, call: &'static str) -> Result<()> {
+        if self.paired {
+            return Ok(());
+        }
+        let Some(other) = self.source.as_ref().or(self.alias.as_ref()) else {
+            return Ok(());
+        };
+        for (o, t) in pair(own, other, call)? {
+            if self.source.is_some() {
+                self.to_source.insert(o as usize, t);
+            }
+            self.from_alias.insert(t as usize, o);
+        }
+        self.paired = true;
+        Ok(())
+    }
+
+    pub(crate) fn reset(
+        &mut self,
+        source: Option<Arc<GraphHandle>>,
+        alias: Option<Arc<GraphHandle>>,
+    ) {
+        *self = Identity {
+            source,
+            alias,
+            ..Identity::default()
+        };
     }
 }

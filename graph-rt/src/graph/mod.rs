@@ -11,9 +11,11 @@ mod graph;
 mod identity;
 mod node;
 mod retention;
+mod update;
 
 pub use capture::{CaptureMode, CaptureScope};
-pub use exec::{ExecUpdate, GraphExec, InstantiateOptions, UpdateFailure, UpdateFailureKind};
+pub use exec::{GraphExec, InstantiateOptions};
 pub use graph::{Graph, GraphAllocation};
 pub use identity::CapturedNode;
 pub use node::{Edge, EdgeKind, Node, NodeKind};
+pub use update::{ExecUpdate, UpdateFailure, UpdateFailureKind};

@@ -71,8 +71,9 @@ impl Stream {
     /// The kernel must be correct for these arguments: every address it reaches through them
     /// must be valid device memory of this context for what it reads and writes, each argument
     /// must be of the type the kernel declares (the layout check only sees sizes), and the
-    /// buffers and `f` must stay alive until the kernel is done (dropping a [`DeviceBuffer`](crate::DeviceBuffer)
-    /// allocated by [`DeviceBuffer::alloc`](crate::DeviceBuffer::alloc) waits for it). If the stream is capturing, "until
+    /// buffers and `f` must stay alive until the kernel is done (the memory of a dropped
+    /// [`DeviceBuffer`](crate::DeviceBuffer) from [`DeviceBuffer::alloc`](crate::DeviceBuffer::alloc)
+    /// is freed only once the device's work is done). If the stream is capturing, "until
     /// the kernel is done" means every replay of the graph: prefer
     /// [`CaptureScope::launch`](crate::CaptureScope::launch), which keeps them alive.
     #[inline]

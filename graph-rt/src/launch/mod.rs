@@ -2,11 +2,13 @@
 //!
 //! Depends on `driver/`; `graph/` builds on it.
 
+mod arg_list;
 mod args;
 mod config;
 mod launcher;
 
-pub use args::{KernelArg, KernelArgList, KernelArgs};
+pub use arg_list::KernelArgList;
+pub use args::{KernelArg, KernelArgs};
 pub use config::{Dim3, LaunchConfig};
 pub(crate) use launcher::check_layout;
 pub use launcher::Launcher;
