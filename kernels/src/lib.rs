@@ -6,9 +6,11 @@
 //! The PTX uses ISA version 8.4, so any driver supporting CUDA 12.4 or newer
 //! can JIT it. It targets `sm_70` (any GPU of compute capability 7.0 or newer)
 //! except where a kernel's [`Kernel::min_compute_capability`] says otherwise
-//! ([`CHAIN_PDL`] needs 9.0). No CUDA toolkit is needed to build this crate.
+//! (the `*_PDL` kernels need 9.0). No CUDA toolkit is needed to build this crate.
 //!
-//! All kernels operate on `f32` and take device pointers.
+//! All kernels operate on `f32` and take device pointers. The `*_TABLE*` kernels take their
+//! arguments from a device-resident argument table (see [`TABLE`]): where the plain form takes a
+//! pointer or a scalar they take the address of the table slot holding it.
 
 /// One PTX module: the compiled form of one `kernels/cuda/<name>.cu` file.
 #[derive(Debug, Clone, Copy)]
@@ -72,6 +74,114 @@ pub const AXPY: Kernel = Kernel {
     min_compute_capability: (7, 0),
 };
 
+/// `table.cu`: refreshes a device-resident argument table from a ring of host mirrors.
+///
+/// ```c
+/// extern "C" __global__ void table_refresh(const unsigned long long* mirrors,
+///                                          unsigned long long* table, unsigned int words,
+///                                          unsigned int depth, unsigned long long* seq,
+///                                          unsigned long long* acks);
+/// ```
+///
+/// The table is `words` 8-byte words in device memory; slot `i` is the word at `table + i`. A
+/// pointer slot holds a device address; a scalar slot holds its value in the word's low bytes
+/// (little endian, so an `f32` or `i32` slot is read as `*(const float*)slot`). The `*_TABLE*`
+/// kernels take slot addresses where the plain forms take pointers or scalars.
+///
+/// `mirrors` is mapped pinned host memory holding `depth` mirrors of `words` words each (mirror
+/// `m` at `mirrors + m * words`), `seq` a device-memory counter of the refreshes done so far
+/// (zero before the first), `acks` mapped pinned host memory of `depth` words. The kernel reads
+/// `s = *seq`, copies mirror `m = s % depth` into `table` (volatile loads, never the non-coherent
+/// path: the host writes the mirror before the launch), then, after a block barrier, writes
+/// `*seq = s + 1` and `acks[m] = s + 1` (a volatile store followed by `__threadfence_system()`):
+/// once the host sees `acks[m] == s + 1`, mirror `m` has been read and may be rewritten.
+///
+/// Launch exactly one block of 256 threads (any block size copies correctly; more than one
+/// block races on `seq`). `depth` must be at least 1. It executes no `griddepcontrol`
+/// instruction: the kernels reading the table must not be launched as its programmatic
+/// dependents.
+pub const TABLE: Kernel = Kernel {
+    name: "table",
+    ptx: include_str!("../ptx/table.ptx"),
+    entry_points: &["table_refresh"],
+    min_compute_capability: (7, 0),
+};
+
+/// `chain_table.cu`: [`CHAIN`]'s `add1` in table form (see [`TABLE`]).
+///
+/// ```c
+/// extern "C" __global__ void add1_table(const float* const* x, float* const* y, int n);
+/// ```
+///
+/// `x` and `y` are the addresses of pointer slots; the kernel loads `xp = *x`, `yp = *y`, then
+/// `yp[i] = xp[i] + 1.0f` for `i < n`, one thread per element
+/// (`i = blockIdx.x * blockDim.x + threadIdx.x`), so the grid must cover `n`. `xp` and `yp`
+/// should be distinct buffers (ping-pong a chain).
+pub const CHAIN_TABLE: Kernel = Kernel {
+    name: "chain_table",
+    ptx: include_str!("../ptx/chain_table.ptx"),
+    entry_points: &["add1_table"],
+    min_compute_capability: (7, 0),
+};
+
+/// `chain_table_pdl.cu`: [`CHAIN_TABLE`]'s kernel for programmatic dependent launch (compute
+/// capability 9.0+).
+///
+/// ```c
+/// extern "C" __global__ void add1_table_pdl(const float* const* x, float* const* y, int n);
+/// ```
+///
+/// Same contract and result as [`CHAIN_TABLE`], launched as [`CHAIN_PDL`]: the kernel executes
+/// `griddepcontrol.launch_dependents`, loads the two slots, executes `griddepcontrol.wait`, and
+/// only then reads `xp` (through the coherent path). The slots are read before the wait: the
+/// table must be written only by a kernel that completed before the chain's first kernel
+/// started (as [`TABLE`]'s `table_refresh`, launched without the programmatic attribute), never
+/// by a kernel this one may overlap. Without the attribute it behaves exactly as [`CHAIN_TABLE`].
+pub const CHAIN_TABLE_PDL: Kernel = Kernel {
+    name: "chain_table_pdl",
+    ptx: include_str!("../ptx/chain_table_pdl.ptx"),
+    entry_points: &["add1_table_pdl"],
+    min_compute_capability: (9, 0),
+};
+
+/// `axpy_table.cu`: [`AXPY`]'s `axpy_f32` in table form (see [`TABLE`]).
+///
+/// ```c
+/// extern "C" __global__ void axpy_f32_table(const float* a, const float* const* x,
+///                                           float* const* y, const int* n);
+/// ```
+///
+/// `a` (`f32`) and `n` (`i32`) are the addresses of scalar slots, `x` and `y` of pointer slots;
+/// the kernel loads `*a`, `*x`, `*y`, `*n`, then `yp[i] = a * xp[i] + yp[i]` for `i < n`,
+/// grid-stride loop: any launch configuration covers all `n` elements. `xp` and `yp` must not
+/// alias.
+pub const AXPY_TABLE: Kernel = Kernel {
+    name: "axpy_table",
+    ptx: include_str!("../ptx/axpy_table.ptx"),
+    entry_points: &["axpy_f32_table"],
+    min_compute_capability: (7, 0),
+};
+
+/// `axpy_table_pdl.cu`: [`AXPY_TABLE`]'s kernel for programmatic dependent launch (compute
+/// capability 9.0+).
+///
+/// ```c
+/// extern "C" __global__ void axpy_f32_table_pdl(const float* a, const float* const* x,
+///                                               float* const* y, const int* n);
+/// ```
+///
+/// Same contract and result as [`AXPY_TABLE`], launched as [`CHAIN_PDL`]: the kernel executes
+/// `griddepcontrol.launch_dependents`, loads the four slots (`a`, `x`, `y`, `n`), executes
+/// `griddepcontrol.wait`, and only then reads `xp` and `yp` (through the coherent path). As for
+/// [`CHAIN_TABLE_PDL`], the table must not be written by a kernel this one may overlap. Without
+/// the attribute it behaves exactly as [`AXPY_TABLE`].
+pub const AXPY_TABLE_PDL: Kernel = Kernel {
+    name: "axpy_table_pdl",
+    ptx: include_str!("../ptx/axpy_table_pdl.ptx"),
+    entry_points: &["axpy_f32_table_pdl"],
+    min_compute_capability: (9, 0),
+};
+
 /// `reduce.cu`: per-block partial sums.
 ///
 /// ```c
@@ -108,7 +218,18 @@ pub const RMSNORM: Kernel = Kernel {
 };
 
 /// Every kernel module in this crate.
-pub const ALL: &[Kernel] = &[CHAIN, CHAIN_PDL, AXPY, REDUCE, RMSNORM];
+pub const ALL: &[Kernel] = &[
+    CHAIN,
+    CHAIN_PDL,
+    AXPY,
+    TABLE,
+    CHAIN_TABLE,
+    CHAIN_TABLE_PDL,
+    AXPY_TABLE,
+    AXPY_TABLE_PDL,
+    REDUCE,
+    RMSNORM,
+];
 
 #[cfg(test)]
 mod tests {
@@ -156,11 +277,121 @@ mod tests {
         }
     }
 
+    /// The kernels made for programmatic dependent launch.
+    const PDL: &[Kernel] = &[CHAIN_PDL, CHAIN_TABLE_PDL, AXPY_TABLE_PDL];
+
+    /// The trimmed instruction lines of a PTX module (no comments, labels or blank lines).
+    fn instructions(ptx: &str) -> Vec<&str> {
+        ptx.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.ends_with(':'))
+            .collect()
+    }
+
     #[test]
     fn programmatic_kernels_read_through_the_coherent_path() {
         // A kernel launched before its predecessor finished must not use non-coherent loads.
-        assert!(!CHAIN_PDL.ptx.contains("ld.global.nc"));
-        assert!(CHAIN_PDL.ptx.contains("griddepcontrol.wait;"));
+        for k in PDL {
+            assert!(!k.ptx.contains("ld.global.nc"), "{}: ld.global.nc", k.name);
+            assert!(
+                k.ptx.contains("griddepcontrol.wait;"),
+                "{}: no griddepcontrol.wait",
+                k.name
+            );
+            assert!(
+                k.ptx.contains("griddepcontrol.launch_dependents;"),
+                "{}: no griddepcontrol.launch_dependents",
+                k.name
+            );
+            assert_eq!(k.min_compute_capability, (9, 0), "{}", k.name);
+        }
+    }
+
+    #[test]
+    fn only_programmatic_kernels_use_griddepcontrol() {
+        for k in ALL {
+            let is_pdl = PDL.iter().any(|p| p.name == k.name);
+            assert_eq!(
+                is_pdl,
+                k.name.ends_with("_pdl"),
+                "{}: PDL lists it?",
+                k.name
+            );
+            assert_eq!(
+                k.ptx.contains("griddepcontrol"),
+                is_pdl,
+                "{}: griddepcontrol only in _pdl kernels",
+                k.name
+            );
+        }
+    }
+
+    /// In the table-form PDL kernels, `griddepcontrol.launch_dependents` comes first, then the
+    /// slot loads (every `ld.global` before the wait, one per slot), then `griddepcontrol.wait`,
+    /// and no load from global memory follows until the wait.
+    #[test]
+    fn table_pdl_kernels_load_slots_between_launch_dependents_and_wait() {
+        for (k, slots) in [(CHAIN_TABLE_PDL, 2), (AXPY_TABLE_PDL, 4)] {
+            let ins = instructions(k.ptx);
+            let pos = |what: &str| {
+                let found: Vec<usize> = (0..ins.len()).filter(|&i| ins[i] == what).collect();
+                assert_eq!(found.len(), 1, "{}: {what} {} times", k.name, found.len());
+                found[0]
+            };
+            let launch = pos("griddepcontrol.launch_dependents;");
+            let wait = pos("griddepcontrol.wait;");
+            assert!(launch < wait, "{}: wait before launch_dependents", k.name);
+            let is_load = |l: &&str| l.starts_with("ld.") && !l.starts_with("ld.param.");
+            assert!(
+                !ins[..launch].iter().any(is_load),
+                "{}: a load before launch_dependents",
+                k.name
+            );
+            let slot_loads: Vec<&str> = ins[launch..wait]
+                .iter()
+                .copied()
+                .filter(|l| is_load(l))
+                .collect();
+            assert_eq!(
+                slot_loads.len(),
+                slots,
+                "{}: slot loads before the wait: {slot_loads:?}",
+                k.name
+            );
+            assert!(
+                slot_loads.iter().all(|l| l.starts_with("ld.global.")),
+                "{}: slot loads not ld.global: {slot_loads:?}",
+                k.name
+            );
+            assert!(
+                ins[wait..].iter().any(is_load),
+                "{}: no data load after the wait",
+                k.name
+            );
+        }
+    }
+
+    #[test]
+    fn table_refresh_reads_mirrors_coherently_and_fences_the_ack() {
+        let ins = instructions(TABLE.ptx);
+        assert!(
+            !TABLE.ptx.contains("ld.global.nc"),
+            "mirror read through ld.global.nc"
+        );
+        assert!(
+            ins.iter().any(|l| l.starts_with("ld.volatile.global.u64")),
+            "mirror not read with volatile loads"
+        );
+        let ack = ins
+            .iter()
+            .position(|l| l.starts_with("st.volatile.global.u64"))
+            .expect("no volatile store of the ack");
+        assert!(
+            ins[ack..]
+                .iter()
+                .any(|l| *l == "membar.sys;" || *l == "fence.sc.sys;"),
+            "no system fence after the ack"
+        );
     }
 
     #[test]

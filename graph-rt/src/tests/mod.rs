@@ -13,6 +13,7 @@ mod memory;
 mod programmatic;
 mod retention;
 mod runtime;
+mod table;
 mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
