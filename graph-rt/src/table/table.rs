@@ -426,10 +426,22 @@ impl ArgTable {
         if s >= self.depth as u64 {
             self.wait_ack(mirror, s - self.depth as u64 + 1, stream)?;
         }
-        let base = mirror * self.capacity;
-        for (i, w) in self.words.iter().enumerate() {
-            self.shared.mirrors.write(base + i, *w);
-        }
+        // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
+        // slots are fixed once a refresh exists).
+        let n = self.words.len();
+        let base = mirror * n;
+        debug_assert!(base + n <= self.shared.mirrors.len());
+        // SAFETY: words `base..base + n` are inside the mirrors (capacity × depth words, n ≤
+        // capacity), and the device does not read this mirror now: its previous launch has
+        // acknowledged reading it (above), and the next reads it only after the launch below.
+        // One bulk copy: mapped memory may be uncached, where word-by-word stores are slow.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.words.as_ptr(),
+                self.shared.mirrors.as_ptr().add(base),
+                n,
+            )
+        };
         // The mirror's words reach memory before the launch that reads them.
         std::sync::atomic::fence(Ordering::SeqCst);
         Ok(())
@@ -468,8 +480,15 @@ impl ArgTable {
             .max()
             .unwrap_or(0);
         // Replaced before launch `seq` (used by earlier launches only): free once the refresh of
-        // launch `seq` has run, i.e. `done > seq`.
-        self.replaced.retain(|(seq, _)| *seq >= done);
+        // launch `seq` has run, i.e. `done > seq`. `replaced` is in `seq` order.
+        let free = self.replaced.partition_point(|(seq, _)| *seq < done);
+        if free > 64 {
+            // Many at once: the release thread drops them, off the launch path.
+            let batch: Vec<(u64, Resource)> = self.replaced.drain(..free).collect();
+            self.ctx.inner.released.release_later(Box::new(batch));
+        } else {
+            self.replaced.drain(..free);
+        }
     }
 }
 
