@@ -28,7 +28,7 @@
 )]
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
-// <- `graph/` <- `table/` (scripts/check-module-cycles fails CI on a cycle between folders).
+// <- `graph/` (scripts/check-module-cycles fails CI on a cycle between folders).
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
 mod driver;
@@ -36,12 +36,11 @@ mod error;
 mod graph;
 mod launch;
 mod resource;
-mod table;
 
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
-    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function,
-    MappedHostBuffer, Module, ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
+    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function, Module,
+    ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
 };
 pub use error::{check, Error, Result};
 pub use graph::{
@@ -50,7 +49,6 @@ pub use graph::{
 };
 pub use launch::{Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
 pub use resource::Resource;
-pub use table::{ArgTable, PtrSlot, ScalarSlot, TableOptions, TableStats};
 
 /// The raw driver bindings this crate is built on.
 pub use cuda_sys as sys;

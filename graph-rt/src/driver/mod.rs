@@ -7,7 +7,6 @@
 mod context;
 mod device;
 mod event;
-mod mapped;
 mod memory;
 mod module;
 mod pinned;
@@ -19,7 +18,6 @@ pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
 pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use event::{Event, EventFlags};
-pub use mapped::MappedHostBuffer;
 #[cfg(test)]
 pub(crate) use memory::Allocation;
 pub use memory::DeviceBuffer;

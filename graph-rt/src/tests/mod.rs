@@ -13,7 +13,6 @@ mod memory;
 mod programmatic;
 mod retention;
 mod runtime;
-mod table;
 mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
