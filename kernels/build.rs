@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 fn main() {
     println!("cargo:rerun-if-changed=ptx");
     println!("cargo:rerun-if-changed=cuda");
+    println!("cargo:rerun-if-changed=ptx-table");
     let root = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("set by cargo"));
     // Each file's contents next to its stem, embedded so that a test compares what `ALL` embeds
     // with the files as they were when this crate was built.
@@ -17,6 +18,13 @@ fn main() {
         &mut out,
         "/// Every `ptx/*.ptx` file at build time: (stem, text).\npub(crate) const PTX_FILES: &[(&str, &str)]",
         &root.join("ptx"),
+        "ptx",
+        "include_str",
+    );
+    embed(
+        &mut out,
+        "/// Every `ptx-table/*.ptx` file (made by the PTX pass) at build time: (stem, text).\npub(crate) const TABLE_FILES: &[(&str, &str)]",
+        &root.join("ptx-table"),
         "ptx",
         "include_str",
     );

@@ -107,78 +107,66 @@ pub const TABLE: Kernel = Kernel {
     min_compute_capability: (7, 0),
 };
 
-/// `chain_table.cu`: [`CHAIN`]'s `add1` in table form (see [`TABLE`]).
+/// [`CHAIN`]'s `add1` in table form (see [`TABLE`]), made from `ptx/chain.ptx` by the PTX pass
+/// (`graph-rt ptx indirect`, `kernels/make-table-forms`) into `ptx-table/chain_table.ptx`.
 ///
 /// ```c
-/// extern "C" __global__ void add1_table(const float* const* x, float* const* y, int n);
+/// extern "C" __global__ void add1(const float* const* x, float* const* y, int n);
 /// ```
 ///
-/// `x` and `y` are the addresses of pointer slots; the kernel loads `xp = *x`, `yp = *y`, then
-/// `yp[i] = xp[i] + 1.0f` for `i < n`, one thread per element
-/// (`i = blockIdx.x * blockDim.x + threadIdx.x`), so the grid must cover `n`. `xp` and `yp`
-/// should be distinct buffers (ping-pong a chain).
+/// `x` and `y` are the addresses of pointer slots; the kernel loads `xp = *x` and `yp = *y` at
+/// entry, then computes [`CHAIN`]'s `yp[i] = xp[i] + 1.0f` for `i < n`, one thread per element,
+/// so the grid must cover `n`. `xp` and `yp` should be distinct buffers (ping-pong a chain).
 pub const CHAIN_TABLE: Kernel = Kernel {
     name: "chain_table",
-    ptx: include_str!("../ptx/chain_table.ptx"),
-    entry_points: &["add1_table"],
+    ptx: include_str!("../ptx-table/chain_table.ptx"),
+    entry_points: &["add1"],
     min_compute_capability: (7, 0),
 };
 
-/// `chain_table_pdl.cu`: [`CHAIN_TABLE`]'s kernel for programmatic dependent launch (compute
-/// capability 9.0+).
+/// [`CHAIN_TABLE`] for programmatic dependent launch (compute capability 9.0+), made by the PTX
+/// pass with `--pdl` from `ptx/chain.ptx`.
 ///
-/// ```c
-/// extern "C" __global__ void add1_table_pdl(const float* const* x, float* const* y, int n);
-/// ```
-///
-/// Same contract and result as [`CHAIN_TABLE`], launched as [`CHAIN_PDL`]: the kernel executes
+/// Same signature and result as [`CHAIN_TABLE`], launched as [`CHAIN_PDL`]: the kernel executes
 /// `griddepcontrol.launch_dependents`, loads the two slots, executes `griddepcontrol.wait`, and
-/// only then reads `xp` (through the coherent path). The slots are read before the wait: the
-/// table must be written only by a kernel that completed before the chain's first kernel
-/// started (as [`TABLE`]'s `table_refresh`, launched without the programmatic attribute), never
-/// by a kernel this one may overlap. Without the attribute it behaves exactly as [`CHAIN_TABLE`].
+/// only then runs [`CHAIN`]'s body. The slots are read before the wait: the table must be written
+/// only by a kernel that completed before the chain's first kernel started (as [`TABLE`]'s
+/// `table_refresh`, launched without the programmatic attribute), never by a kernel this one may
+/// overlap. Without the attribute it behaves exactly as [`CHAIN_TABLE`].
 pub const CHAIN_TABLE_PDL: Kernel = Kernel {
     name: "chain_table_pdl",
-    ptx: include_str!("../ptx/chain_table_pdl.ptx"),
-    entry_points: &["add1_table_pdl"],
+    ptx: include_str!("../ptx-table/chain_table_pdl.ptx"),
+    entry_points: &["add1"],
     min_compute_capability: (9, 0),
 };
 
-/// `axpy_table.cu`: [`AXPY`]'s `axpy_f32` in table form (see [`TABLE`]).
+/// [`AXPY`]'s `axpy_f32` in table form (see [`TABLE`]), made by the PTX pass from `ptx/axpy.ptx`
+/// with `a` and `n` as scalar slots.
 ///
 /// ```c
-/// extern "C" __global__ void axpy_f32_table(const float* a, const float* const* x,
-///                                           float* const* y, const int* n);
+/// extern "C" __global__ void axpy_f32(const float* a, const float* const* x, float* const* y,
+///                                     const int* n);
 /// ```
 ///
 /// `a` (`f32`) and `n` (`i32`) are the addresses of scalar slots, `x` and `y` of pointer slots;
-/// the kernel loads `*a`, `*x`, `*y`, `*n`, then `yp[i] = a * xp[i] + yp[i]` for `i < n`,
-/// grid-stride loop: any launch configuration covers all `n` elements. `xp` and `yp` must not
-/// alias.
+/// the kernel loads the four at entry, then computes [`AXPY`]'s `yp[i] = a * xp[i] + yp[i]` for
+/// `i < n`, grid-stride loop. `xp` and `yp` must not alias.
 pub const AXPY_TABLE: Kernel = Kernel {
     name: "axpy_table",
-    ptx: include_str!("../ptx/axpy_table.ptx"),
-    entry_points: &["axpy_f32_table"],
+    ptx: include_str!("../ptx-table/axpy_table.ptx"),
+    entry_points: &["axpy_f32"],
     min_compute_capability: (7, 0),
 };
 
-/// `axpy_table_pdl.cu`: [`AXPY_TABLE`]'s kernel for programmatic dependent launch (compute
-/// capability 9.0+).
-///
-/// ```c
-/// extern "C" __global__ void axpy_f32_table_pdl(const float* a, const float* const* x,
-///                                               float* const* y, const int* n);
-/// ```
-///
-/// Same contract and result as [`AXPY_TABLE`], launched as [`CHAIN_PDL`]: the kernel executes
-/// `griddepcontrol.launch_dependents`, loads the four slots (`a`, `x`, `y`, `n`), executes
-/// `griddepcontrol.wait`, and only then reads `xp` and `yp` (through the coherent path). As for
-/// [`CHAIN_TABLE_PDL`], the table must not be written by a kernel this one may overlap. Without
-/// the attribute it behaves exactly as [`AXPY_TABLE`].
+/// [`AXPY_TABLE`] for programmatic dependent launch (compute capability 9.0+), made by the PTX
+/// pass with `--pdl`: `griddepcontrol.launch_dependents`, the four slot loads,
+/// `griddepcontrol.wait`, then [`AXPY`]'s body. As for [`CHAIN_TABLE_PDL`], the table must not
+/// be written by a kernel this one may overlap. Without the attribute it behaves exactly as
+/// [`AXPY_TABLE`].
 pub const AXPY_TABLE_PDL: Kernel = Kernel {
     name: "axpy_table_pdl",
-    ptx: include_str!("../ptx/axpy_table_pdl.ptx"),
-    entry_points: &["axpy_f32_table_pdl"],
+    ptx: include_str!("../ptx-table/axpy_table_pdl.ptx"),
+    entry_points: &["axpy_f32"],
     min_compute_capability: (9, 0),
 };
 
@@ -403,9 +391,14 @@ mod tests {
 
     include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
 
+    /// Every embedded PTX file: `ptx/` (compiled) and `ptx-table/` (made by the PTX pass).
+    fn ptx_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
+        PTX_FILES.iter().chain(TABLE_FILES)
+    }
+
     #[test]
     fn all_lists_every_ptx_file() {
-        let on_disk: BTreeSet<&str> = PTX_FILES.iter().map(|(stem, _)| *stem).collect();
+        let on_disk: BTreeSet<&str> = ptx_files().map(|(stem, _)| *stem).collect();
         let listed: BTreeSet<&str> = ALL.iter().map(|k| k.name).collect();
         assert_eq!(listed.len(), ALL.len(), "duplicate names in ALL");
         assert_eq!(on_disk, listed);
@@ -414,8 +407,7 @@ mod tests {
     #[test]
     fn embedded_ptx_matches_files() {
         for k in ALL {
-            let (_, text) = PTX_FILES
-                .iter()
+            let (_, text) = ptx_files()
                 .find(|(stem, _)| *stem == k.name)
                 .unwrap_or_else(|| panic!("{}: no ptx/{}.ptx", k.name, k.name));
             assert_eq!(*text, k.ptx, "{}: name does not match file", k.name);
@@ -463,5 +455,50 @@ mod tests {
         }
         let sources: BTreeSet<&str> = CUDA_FILES.iter().map(|(stem, _)| *stem).collect();
         assert_eq!(listed, sources, "MANIFEST does not list every cuda/*.cu");
+    }
+
+    /// The table forms are what the PTX pass makes of the shipped PTX today
+    /// (`kernels/make-table-forms` remakes them).
+    #[test]
+    fn table_forms_are_what_the_pass_makes() {
+        use graph_rt_ptx::{indirect, Options};
+        let scalars = || vec!["axpy_f32:0".parse().unwrap(), "axpy_f32:3".parse().unwrap()];
+        let forms = [
+            (CHAIN_TABLE, CHAIN, Options::default()),
+            (
+                CHAIN_TABLE_PDL,
+                CHAIN,
+                Options {
+                    pdl: true,
+                    ..Options::default()
+                },
+            ),
+            (
+                AXPY_TABLE,
+                AXPY,
+                Options {
+                    scalars: scalars(),
+                    ..Options::default()
+                },
+            ),
+            (
+                AXPY_TABLE_PDL,
+                AXPY,
+                Options {
+                    scalars: scalars(),
+                    pdl: true,
+                    ..Options::default()
+                },
+            ),
+        ];
+        for (form, source, options) in forms {
+            let made = indirect(source.ptx.as_bytes(), &options)
+                .unwrap_or_else(|e| panic!("{}: {e}", form.name));
+            assert!(
+                made.ptx == form.ptx,
+                "ptx-table/{}.ptx is stale: run kernels/make-table-forms",
+                form.name
+            );
+        }
     }
 }

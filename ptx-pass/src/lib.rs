@@ -61,7 +61,9 @@
 //!   registers named with a prefix found nowhere else in the kernel (`%tslot`), then per chosen
 //!   parameter `ld.param.u64`, `cvta.to.global.u64` and `ld.global` of its slot, wrapped in
 //!   `griddepcontrol.launch_dependents;` / `griddepcontrol.wait;` with [`Options::pdl`];
-//! - with [`Options::pdl`], `.version` and `.target` when below 7.8 and `sm_90`.
+//! - with [`Options::pdl`], `.version` and `.target` when below 7.8 and `sm_90`, and every
+//!   `ld.global.nc` of a rewritten kernel becomes `ld.global` (the kernel may start while the
+//!   grid it depends on still writes, so its loads take the coherent path).
 //!
 //! A chosen parameter whose name appears anywhere but in such a plain, full-size `ld.param`
 //! (address taken, offset or vector loads, by-value aggregates, `call` arguments) is refused

@@ -165,6 +165,9 @@ fn kernel(
             });
         }
     }
+    if pdl {
+        coherent_loads(m, k, edits);
+    }
     let mut lines = decls;
     if pdl {
         lines.push("griddepcontrol.launch_dependents;".into());
@@ -175,6 +178,28 @@ fn kernel(
     }
     edits.push(insertion(m, k, &lines));
     Ok(())
+}
+
+/// With PDL the kernel may start while the grid it depends on still writes: its global loads
+/// must take the coherent path. `ld.global.nc` ("read-only for the kernel's lifetime") becomes
+/// `ld.global` with the same other qualifiers, always a correct load.
+fn coherent_loads(m: &Module<'_>, k: &Kernel, edits: &mut Vec<Edit>) {
+    let src = &m.src;
+    for i in k.open + 1..k.close {
+        let t = src.text_of(i);
+        if !t.starts_with("ld.global.") {
+            continue;
+        }
+        let parts: Vec<&str> = t.split('.').collect();
+        if parts.contains(&"nc") {
+            let with: Vec<&str> = parts.into_iter().filter(|p| *p != "nc").collect();
+            edits.push(Edit {
+                start: src.tokens[i].start,
+                end: src.tokens[i].end,
+                with: with.join("."),
+            });
+        }
+    }
 }
 
 /// The text replacing load `l` (from its opcode to its `;`): a move or conversion from the value
