@@ -44,6 +44,15 @@ pub(crate) fn rewrite(
         }
         signatures.push(signature(k, choices));
     }
+    if pdl {
+        let rewritten: Vec<bool> = plan.kernels.iter().map(|c| !c.is_empty()).collect();
+        let n = coherent_loads(m, &rewritten, &mut edits);
+        if n > 0 {
+            notes.push(format!(
+                "{n} non-coherent global loads (ld.global.nc, ldu.global) of rewritten kernels and device functions now take the coherent path (PDL)"
+            ));
+        }
+    }
     edits.sort_by_key(|e| (e.start, e.end));
     let text = src.text;
     let mut out = String::with_capacity(text.len() + 256 * plan.kernels.len());
@@ -165,9 +174,6 @@ fn kernel(
             });
         }
     }
-    if pdl {
-        coherent_loads(m, k, edits);
-    }
     let mut lines = decls;
     if pdl {
         lines.push("griddepcontrol.launch_dependents;".into());
@@ -180,26 +186,42 @@ fn kernel(
     Ok(())
 }
 
-/// With PDL the kernel may start while the grid it depends on still writes: its global loads
-/// must take the coherent path. `ld.global.nc` ("read-only for the kernel's lifetime") becomes
-/// `ld.global` with the same other qualifiers, always a correct load.
-fn coherent_loads(m: &Module<'_>, k: &Kernel, edits: &mut Vec<Edit>) {
+/// With PDL a rewritten kernel may start while the grid it depends on still writes: its global
+/// loads, and those of every `.func` it may call, must take the coherent path. `ld.global.nc`
+/// ("read-only for the kernel's lifetime") becomes `ld.global` with the same other qualifiers,
+/// and `ldu.global` becomes `ld.global`: always correct loads. Kernels not rewritten are left
+/// alone.
+fn coherent_loads(m: &Module<'_>, rewritten: &[bool], edits: &mut Vec<Edit>) -> usize {
     let src = &m.src;
-    for i in k.open + 1..k.close {
+    let untouched: Vec<std::ops::Range<usize>> = m
+        .kernels
+        .iter()
+        .zip(rewritten)
+        .filter(|(_, r)| !**r)
+        .map(|(k, _)| k.open..k.close)
+        .collect();
+    let mut n = 0;
+    for i in 0..src.tokens.len() {
         let t = src.text_of(i);
-        if !t.starts_with("ld.global.") {
+        let with = if let Some(rest) = t.strip_prefix("ldu.global.") {
+            format!("ld.global.{rest}")
+        } else if t.starts_with("ld.global.") && t.split('.').any(|p| p == "nc") {
+            let parts: Vec<&str> = t.split('.').filter(|p| *p != "nc").collect();
+            parts.join(".")
+        } else {
+            continue;
+        };
+        if !src.is_word(i) || untouched.iter().any(|r| r.contains(&i)) {
             continue;
         }
-        let parts: Vec<&str> = t.split('.').collect();
-        if parts.contains(&"nc") {
-            let with: Vec<&str> = parts.into_iter().filter(|p| *p != "nc").collect();
-            edits.push(Edit {
-                start: src.tokens[i].start,
-                end: src.tokens[i].end,
-                with: with.join("."),
-            });
-        }
+        edits.push(Edit {
+            start: src.tokens[i].start,
+            end: src.tokens[i].end,
+            with,
+        });
+        n += 1;
     }
+    n
 }
 
 /// The text replacing load `l` (from its opcode to its `;`): a move or conversion from the value

@@ -181,6 +181,8 @@ pub(crate) fn default_choice(
     }
     match p.ptr {
         Some(space) if !space.is_global() => DefaultChoice::NotGlobal,
+        // A `.ptr` of another width cannot hold a 64-bit address: left alone.
+        Some(_) if !p.ty.is_int64() => DefaultChoice::Scalar,
         Some(_) => match loads(m, k, p) {
             Ok(_) => DefaultChoice::DeclaredPointer,
             Err((line, reason)) => DefaultChoice::Refused { line, reason },
@@ -319,12 +321,36 @@ pub(crate) fn plan(m: &Module<'_>, o: &Options) -> Result<Plan, PtxError> {
                 loads,
             });
         }
+        if let Some(c) = choices.first() {
+            address_not_taken(m, k, &k.params[c.param].name)?;
+        }
         kernels.push(choices);
     }
     if kernels.iter().all(Vec::is_empty) {
         return Err(PtxError::NothingToRewrite);
     }
     Ok(Plan { kernels, notes })
+}
+
+/// Refuses a kernel whose name appears in the module outside its own header: its address is
+/// taken (a device-side launch, a function pointer), and whoever launches it that way would
+/// pass raw values where the rewritten kernel expects slot addresses.
+fn address_not_taken(m: &Module<'_>, k: &Kernel, param: &str) -> Result<(), PtxError> {
+    let src = &m.src;
+    let header = k.first..k.open;
+    let elsewhere = (0..src.tokens.len())
+        .find(|&i| !header.contains(&i) && src.is_word(i) && src.text_of(i) == k.name);
+    match elsewhere {
+        None => Ok(()),
+        Some(i) => Err(PtxError::Refused {
+            kernel: k.name.clone(),
+            param: param.to_string(),
+            line: src.line_of(i),
+            reason: "the kernel's name appears elsewhere in the module (its address is taken: a \
+                     device-side launch would pass raw values, not slot addresses)"
+                .into(),
+        }),
+    }
 }
 
 /// The refusal of a by-value aggregate parameter.

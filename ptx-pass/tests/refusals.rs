@@ -36,6 +36,17 @@ fn assert_refused(name: &str, options: &Options, param_index: usize, line: usize
 }
 
 #[test]
+fn kernel_whose_address_is_taken() {
+    // `launcher` takes `kernel_address_taken`'s address (line 31): a device-side launch through
+    // it would pass a raw pointer where the rewritten kernel expects a slot's address.
+    let options = Options {
+        kernels: Some(vec!["kernel_address_taken".into()]),
+        ..Options::default()
+    };
+    assert_refused("kernel_address_taken", &options, 0, 31, "address is taken");
+}
+
+#[test]
 fn address_taken_with_mov() {
     assert_refused(
         "mov_address",

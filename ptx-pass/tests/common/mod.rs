@@ -42,9 +42,9 @@ pub const NVCC13: &[(&str, &[u8])] = fixtures!("../../fixtures/nvcc/cu13/":
 
 /// The refusal fixtures of `tests/refusals/`.
 pub const REFUSALS: &[(&str, &[u8])] = fixtures!("../refusals/":
-    "byval_array", "call_argument", "cvta_param", "mov_address", "not_utf8", "offset_load",
-    "truncated_body", "undeclared_register", "unparseable_target_pdl", "vector_load",
-    "wrong_size_load",
+    "byval_array", "call_argument", "cvta_param", "kernel_address_taken", "mov_address",
+    "not_utf8", "offset_load", "truncated_body", "undeclared_register", "unparseable_target_pdl",
+    "vector_load", "wrong_size_load",
 );
 
 /// Every fixture that is valid PTX.
@@ -93,7 +93,7 @@ pub fn check_edits(input: &str, output: &str) -> Edits {
             found.edited_decls += 1;
         } else if edited_load(x, y, &slots) {
             found.edited_loads += 1;
-        } else if x.replacen("ld.global.nc.", "ld.global.", 1) == y && x != y {
+        } else if coherent(x) == y && x != y {
             // With PDL, non-coherent loads take the coherent path.
             found.coherent_loads += 1;
         } else {
@@ -104,6 +104,24 @@ pub fn check_edits(input: &str, output: &str) -> Edits {
     }
     assert_eq!(i, a.len(), "the output lacks input lines from {}", i + 1);
     found
+}
+
+/// `line` with its non-coherent global loads made coherent, as the pass does with PDL.
+fn coherent(line: &str) -> String {
+    line.split_inclusive(|c: char| c.is_whitespace())
+        .map(|w| {
+            let t = w.trim_end();
+            let rest = &w[t.len()..];
+            if let Some(r) = t.strip_prefix("ldu.global.") {
+                format!("ld.global.{r}{rest}")
+            } else if t.starts_with("ld.global.") {
+                let parts: Vec<&str> = t.split('.').filter(|p| *p != "nc").collect();
+                format!("{}{rest}", parts.join("."))
+            } else {
+                w.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Whether `line` is one the pass inserts; records which parameter a value register holds.
