@@ -255,49 +255,44 @@ pub(crate) fn plan(m: &Module<'_>, o: &Options) -> Result<Plan, PtxError> {
             }
         }
     }
-    for r in &o.params {
+    // Named parameters: pointers first, then scalars (a scalar named after being selected as a
+    // pointer is an error).
+    let named = (o.params.iter().map(|r| (r, true))).chain(o.scalars.iter().map(|r| (r, false)));
+    for (r, pointer) in named {
         for (ki, pi) in resolve(m, &chosen, r)? {
             let (k, p) = (&m.kernels[ki], &m.kernels[ki].params[pi]);
-            let bad = |reason: &str| PtxError::BadSelection {
+            let bad = |reason: String| PtxError::BadSelection {
                 kernel: k.name.clone(),
                 param: p.name.clone(),
-                reason: reason.to_string(),
+                reason,
             };
             if p.array.is_some() {
                 return Err(aggregate(k, pi));
             }
-            if p.ptr.is_some_and(|s| !s.is_global()) {
-                return Err(bad(
-                    "it points to .shared, .const or .local memory, not to a slot",
-                ));
-            }
-            if !p.ty.is_int64() {
-                return Err(bad(&format!(
-                    "a {} cannot hold an address; name it in Options::scalars",
-                    p.ty
-                )));
-            }
-            picks[ki][pi] = Some(SlotKind::Pointer);
-        }
-    }
-    for r in &o.scalars {
-        for (ki, pi) in resolve(m, &chosen, r)? {
-            let (k, p) = (&m.kernels[ki], &m.kernels[ki].params[pi]);
-            let bad = |reason: &str| PtxError::BadSelection {
-                kernel: k.name.clone(),
-                param: p.name.clone(),
-                reason: reason.to_string(),
-            };
-            if p.array.is_some() {
-                return Err(aggregate(k, pi));
-            }
-            if p.ptr.is_some() {
-                return Err(bad("it is declared .ptr; name it in Options::params"));
-            }
-            if picks[ki][pi] == Some(SlotKind::Pointer) {
-                return Err(bad("it is selected as a pointer and named as a scalar"));
-            }
-            picks[ki][pi] = Some(SlotKind::Scalar(p.ty));
+            picks[ki][pi] = Some(if pointer {
+                if p.ptr.is_some_and(|s| !s.is_global()) {
+                    return Err(bad(
+                        "it points to .shared, .const or .local memory, not to a slot".into(),
+                    ));
+                }
+                if !p.ty.is_int64() {
+                    return Err(bad(format!(
+                        "a {} cannot hold an address; name it in Options::scalars",
+                        p.ty
+                    )));
+                }
+                SlotKind::Pointer
+            } else {
+                if p.ptr.is_some() {
+                    return Err(bad("it is declared .ptr; name it in Options::params".into()));
+                }
+                if picks[ki][pi] == Some(SlotKind::Pointer) {
+                    return Err(bad(
+                        "it is selected as a pointer and named as a scalar".into()
+                    ));
+                }
+                SlotKind::Scalar(p.ty)
+            });
         }
     }
     let mut kernels = Vec::with_capacity(m.kernels.len());

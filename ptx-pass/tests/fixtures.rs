@@ -2,30 +2,8 @@
 
 mod common;
 
-use common::{all_valid, check_edits, text, NVCC, NVCC13, TRITON, TRITON_PTX84};
-use graph_rt_ptx::{indirect, inspect, DefaultChoice, Options, ParamRef, SlotKind, StateSpace};
-
-/// Options naming every parameter the default selection leaves out as a scalar.
-fn all_scalars(ptx: &[u8]) -> Options {
-    let info = inspect(ptx).unwrap();
-    let scalars = info
-        .kernels
-        .iter()
-        .flat_map(|k| {
-            k.params
-                .iter()
-                .filter(|p| p.default == DefaultChoice::Scalar)
-                .map(|p| ParamRef::Index {
-                    kernel: k.name.clone(),
-                    index: p.index,
-                })
-        })
-        .collect();
-    Options {
-        scalars,
-        ..Options::default()
-    }
-}
+use common::{all_scalars, all_valid, check_edits, text, NVCC, NVCC13, TRITON, TRITON_PTX84};
+use graph_rt_ptx::{indirect, inspect, DefaultChoice, Options, SlotKind, StateSpace};
 
 #[test]
 fn every_fixture_rewrites_with_and_without_pdl_and_scalars() {

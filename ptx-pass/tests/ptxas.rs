@@ -7,28 +7,11 @@ mod common;
 
 use std::process::Command;
 
-use common::all_valid;
-use graph_rt_ptx::{indirect, inspect, DefaultChoice, Options, ParamRef};
+use common::{all_scalars, all_valid};
+use graph_rt_ptx::{indirect, Options};
 
 fn options(ptx: &[u8]) -> Vec<Options> {
-    let info = inspect(ptx).unwrap();
-    let scalars: Vec<ParamRef> = info
-        .kernels
-        .iter()
-        .flat_map(|k| {
-            k.params
-                .iter()
-                .filter(|p| p.default == DefaultChoice::Scalar)
-                .map(|p| ParamRef::Index {
-                    kernel: k.name.clone(),
-                    index: p.index,
-                })
-        })
-        .collect();
-    let all = Options {
-        scalars,
-        ..Options::default()
-    };
+    let all = all_scalars(ptx);
     let pdl = |o: &Options| Options {
         pdl: true,
         ..o.clone()

@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use graph_rt_ptx::{inspect, DefaultChoice, Options, ParamRef};
+
 macro_rules! fixtures {
     ($dir:literal: $($name:literal),* $(,)?) => {
         &[$(($name, include_bytes!(concat!($dir, $name, ".ptx")) as &[u8])),*]
@@ -219,4 +221,26 @@ fn edited_load(x: &str, y: &str, slots: &HashMap<String, String>) -> bool {
 /// The output as text; the input must be UTF-8 to get there.
 pub fn text(bytes: &[u8]) -> &str {
     std::str::from_utf8(bytes).expect("fixture is UTF-8")
+}
+
+/// Options naming every parameter the default selection leaves out as a scalar.
+pub fn all_scalars(ptx: &[u8]) -> Options {
+    let info = inspect(ptx).unwrap();
+    let scalars = info
+        .kernels
+        .iter()
+        .flat_map(|k| {
+            k.params
+                .iter()
+                .filter(|p| p.default == DefaultChoice::Scalar)
+                .map(|p| ParamRef::Index {
+                    kernel: k.name.clone(),
+                    index: p.index,
+                })
+        })
+        .collect();
+    Options {
+        scalars,
+        ..Options::default()
+    }
 }
