@@ -28,7 +28,7 @@
 )]
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
-// <- `graph/` (scripts/check-module-cycles fails CI on a cycle between folders).
+// <- `graph/` <- `table/` (scripts/check-module-cycles fails CI on a cycle between folders).
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
 mod driver;
@@ -36,22 +36,26 @@ mod error;
 mod graph;
 mod launch;
 mod resource;
+mod table;
 
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
-    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function, Module,
-    ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
+    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function,
+    MappedHostBuffer, Module, ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
 };
 pub use error::{check, Error, Result};
 pub use graph::{
     CaptureMode, CaptureScope, CapturedNode, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation,
     GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
 };
-pub use launch::{Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
+pub use launch::{ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
 pub use resource::Resource;
+pub use table::{ArgTable, PtrSlot, ScalarSlot, TableKernel, TableOptions, TableParam, TableStats};
 
 /// The raw driver bindings this crate is built on.
 pub use cuda_sys as sys;
+/// The PTX pass (crate `graph-rt-ptx`): table forms of any kernel's PTX.
+pub use graph_rt_ptx as ptx;
 
 #[cfg(test)]
 mod tests;

@@ -167,6 +167,10 @@ pub fn current_raw() -> Result<CUcontext> {
 }
 
 impl ContextInner {
+    pub(crate) fn raw(&self) -> CUcontext {
+        self.raw
+    }
+
     #[inline]
     pub(crate) fn bind(&self) -> Result<()> {
         if current_raw()? != self.raw {

@@ -529,6 +529,11 @@ impl<T: Pod> DeviceBuffer<T> {
 }
 
 impl Allocation {
+    /// Whether the allocation belongs to `ctx`.
+    pub(crate) fn in_context(&self, ctx: &Context) -> bool {
+        Arc::ptr_eq(&self.ctx, &ctx.inner) || self.ctx.raw() == ctx.as_raw()
+    }
+
     /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
     /// what the unordered copies and fills do first, so that they never race with a kernel
     /// (and a stream-ordered allocation has been made on its stream).

@@ -7,6 +7,7 @@
 mod context;
 mod device;
 mod event;
+mod mapped;
 mod memory;
 mod module;
 mod pinned;
@@ -18,7 +19,7 @@ pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
 pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use event::{Event, EventFlags};
-#[cfg(test)]
+pub use mapped::MappedHostBuffer;
 pub(crate) use memory::Allocation;
 pub use memory::DeviceBuffer;
 pub use module::{Function, Module, ParamInfo};

@@ -54,6 +54,10 @@ pub struct CaptureScope<'s> {
     functions: RefCell<HashMap<usize, Function>>,
     // The function of the last launch: most captures launch one kernel many times in a row.
     last_function: Cell<usize>,
+    // Set by an argument table's refresh: replays must be launched through that table, and the
+    // next launch must wait for the refresh fully (no programmatic edge).
+    launch_key: Cell<Option<u64>>,
+    full_next: Cell<bool>,
     // This capture's id, and the node each operation made, in order (None: not identified).
     id: u64,
     seen: RefCell<Vec<Option<CUgraphNode>>>,
@@ -115,9 +119,34 @@ impl<'s> CaptureScope<'s> {
                 .entry(f.as_raw() as usize)
                 .or_insert_with(|| f.clone());
         }
+        let full;
+        let config = if self.full_next.replace(false) {
+            full = config.without_programmatic();
+            &full
+        } else {
+            config
+        };
         // SAFETY: forwarded; the arguments are kept alive by the graph.
         unsafe { stream.launch(f, config, args)? };
         Ok(self.observe(stream))
+    }
+
+    /// Makes replays of the graph launchable only through the owner of `key` (an argument table,
+    /// which refreshes what the graph reads before each launch), and the next launch wait fully
+    /// for the one just recorded (no programmatic edge: it reads what that one writes before its
+    /// `griddepcontrol.wait`).
+    pub(crate) fn require_launcher(&self, key: u64, call: &'static str) -> Result<()> {
+        match self.launch_key.get() {
+            Some(k) if k != key => Err(Error::invalid(
+                call,
+                "the graph already refreshes another argument table: one table per graph",
+            )),
+            _ => {
+                self.launch_key.set(Some(key));
+                self.full_next.set(true);
+                Ok(())
+            }
+        }
     }
 
     /// The node the last operation on `stream` made: the stream's only capture dependency now
@@ -250,6 +279,8 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
             keep: RefCell::new(Vec::new()),
             functions: RefCell::new(HashMap::new()),
             last_function: Cell::new(0),
+            launch_key: Cell::new(None),
+            full_next: Cell::new(false),
             id: NEXT_CAPTURE_ID.fetch_add(1, Ordering::Relaxed),
             seen: RefCell::new(Vec::new()),
         };
@@ -371,7 +402,9 @@ impl Stream {
         let mut creation = Creation::empty();
         let seen = std::mem::take(active.scope.seen.get_mut());
         let total = node_count(raw);
-        let graph = Graph::from_parts(self.context(), raw, keep, functions, Creation::default());
+        let mut graph =
+            Graph::from_parts(self.context(), raw, keep, functions, Creation::default());
+        graph.launch_key = active.scope.launch_key.get();
         creation.add_capture(active.scope.id, seen, total?);
         *graph.handle.creation.lock() = creation;
         Ok(graph)

@@ -76,6 +76,8 @@ pub struct GraphExec {
     pub(super) kernels: AddrMap<KernelInfo>,
     // How graphs other than `graph` name this exec's nodes.
     pub(super) identity: Identity,
+    // Replays are launched through the owner of this key (an argument table), not `launch`.
+    pub(super) launch_key: Option<u64>,
     pub(super) scratch: Vec<Resource>,
     // The stream of the last launch, until it is known finished, and the launch count.
     pub(super) last_stream: RefCell<Option<Arc<StreamInner>>>,
@@ -128,6 +130,7 @@ impl Graph {
             functions: self.functions.clone(),
             kernels: AddrMap::default(),
             identity: Identity::default(),
+            launch_key: self.launch_key,
             scratch: Vec::new(),
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
@@ -188,6 +191,7 @@ impl GraphExec {
             self.functions.entry(*k).or_insert_with(|| f.clone());
         }
         self.kernels.clear();
+        self.launch_key = graph.launch_key;
     }
 
     /// The raw `CUgraphExec`. Do not destroy it; rebinding through it is not tracked.
@@ -224,6 +228,23 @@ impl GraphExec {
     /// run in order, whatever their streams.
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
+        if self.launch_key.is_some() {
+            return Err(Error::invalid(
+                "cuGraphLaunch",
+                "the graph refreshes an argument table: launch it with ArgTable::launch, which writes the bindings it reads",
+            ));
+        }
+        self.launch_unchecked(stream)
+    }
+
+    /// The key of the argument table replays must be launched through, if any.
+    pub(crate) fn launch_key(&self) -> Option<u64> {
+        self.launch_key
+    }
+
+    /// Launches without the argument-table check (the table itself launches so).
+    #[inline]
+    pub(crate) fn launch_unchecked(&self, stream: &Stream) -> Result<()> {
         self.same_context(stream, "cuGraphLaunch")?;
         stream.context().bind()?;
         // SAFETY: valid exec and stream of its context; every resource the nodes use is kept

@@ -63,6 +63,8 @@ pub struct Graph {
     pub(crate) ctx: Context,
     pub(crate) keep: Arc<Vec<Resource>>,
     pub(crate) functions: HashMap<usize, Function>,
+    // Replays must be launched through the owner of this key (an argument table).
+    pub(crate) launch_key: Option<u64>,
     // The graph this one is a clone of, and its nodes' copies here.
     cloned_from: Option<(u64, HashMap<usize, usize>)>,
     _not_sync: PhantomData<Cell<()>>,
@@ -201,6 +203,7 @@ impl Graph {
             ctx: ctx.clone(),
             keep: Arc::new(keep),
             functions,
+            launch_key: None,
             cloned_from: None,
             _not_sync: PhantomData,
         }
@@ -315,6 +318,7 @@ impl Graph {
         let mut clone =
             Self::from_parts(&self.ctx, raw, Vec::new(), self.functions.clone(), creation);
         clone.keep = self.keep.clone();
+        clone.launch_key = self.launch_key;
         clone.cloned_from = Some((self.handle.id, map));
         Ok(clone)
     }

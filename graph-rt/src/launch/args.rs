@@ -70,6 +70,34 @@ pub unsafe trait KernelArg {
     /// Hands `keep` what must stay alive while a graph node launched with this argument exists
     /// (the allocation behind a device address). Plain values have nothing to keep.
     fn retain(&self, _keep: &mut dyn FnMut(Resource)) {}
+    /// What the argument is for a kernel whose parameters come from an argument table: a plain
+    /// value, or the address of a table slot (what [`TableKernel`](crate::TableKernel) checks
+    /// against the kernel's table signature). Arguments that are not slots keep the default.
+    fn slot(&self) -> ArgSlot {
+        ArgSlot::Value
+    }
+}
+
+/// What a kernel argument passes, as [`KernelArg::slot`] describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgSlot {
+    /// A plain value (a number, a device address, a struct).
+    Value,
+    /// The address of a pointer slot of table `table`, whose bindings are aligned to `align`
+    /// bytes.
+    Pointer {
+        /// The table's identity.
+        table: u64,
+        /// The alignment every binding of the slot has.
+        align: usize,
+    },
+    /// The address of a scalar slot of table `table` holding a value of `size` bytes.
+    Scalar {
+        /// The table's identity.
+        table: u64,
+        /// The scalar's size in bytes.
+        size: usize,
+    },
 }
 
 macro_rules! by_value {
@@ -93,6 +121,9 @@ unsafe impl<A: KernelArg> KernelArg for &A {
     }
     fn retain(&self, keep: &mut dyn FnMut(Resource)) {
         (**self).retain(keep)
+    }
+    fn slot(&self) -> ArgSlot {
+        (**self).slot()
     }
 }
 
@@ -142,6 +173,11 @@ pub trait KernelArgs {
     fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[usize]) -> R) -> R;
     /// Adds what each argument needs kept alive (see [`KernelArg::retain`]).
     fn retain(&self, keep: &mut Vec<Resource>);
+    /// Each argument's parameter size and [`ArgSlot`], in order; `None` where the list cannot
+    /// say (then a [`TableKernel`](crate::TableKernel) refuses it).
+    fn describe(&self) -> Option<Vec<(usize, ArgSlot)>> {
+        None
+    }
 }
 
 impl<L: KernelArgs> KernelArgs for &L {
@@ -151,6 +187,9 @@ impl<L: KernelArgs> KernelArgs for &L {
     }
     fn retain(&self, keep: &mut Vec<Resource>) {
         (**self).retain(keep)
+    }
+    fn describe(&self) -> Option<Vec<(usize, ArgSlot)>> {
+        (**self).describe()
     }
 }
 
@@ -167,6 +206,9 @@ macro_rules! tuple_args {
             #[allow(unused_variables)]
             fn retain(&self, keep: &mut Vec<Resource>) {
                 $(self.$idx.retain(&mut |r| keep.push(r));)*
+            }
+            fn describe(&self) -> Option<Vec<(usize, ArgSlot)>> {
+                Some(vec![$((size_of::<$name::Param>(), self.$idx.slot())),*])
             }
         }
     };

@@ -165,6 +165,18 @@ impl LaunchConfig {
         self
     }
 
+    /// The configuration without programmatic stream serialization (a launch that must wait
+    /// fully for the previous one).
+    pub(crate) fn without_programmatic(&self) -> Self {
+        let id = CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        let mut c = LaunchConfig::new(self.grid, self.block).shared_mem(self.shared_mem_bytes);
+        for a in self.attributes().iter().filter(|a| a.id != id) {
+            c = c.attribute(*a);
+        }
+        c.overflow = self.overflow;
+        c
+    }
+
     /// Whether the configuration can be launched as set: called by every launch and node update.
     #[inline]
     pub(crate) fn validate(&self, call: &'static str) -> Result<()> {

@@ -13,6 +13,8 @@ mod memory;
 mod programmatic;
 mod retention;
 mod runtime;
+mod table;
+mod table_forms;
 mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

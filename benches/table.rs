@@ -1,0 +1,546 @@
+//! The argument table on the chain workload (shared/baseline's: `add1` over 4096 floats, kernel
+//! k reads buffer k and writes buffer k+1), N ∈ {10, 50, 200, 1000}, every iteration
+//! synchronized. Cases, interleaved in rounds: the plain static graph and the PDL static graph
+//! replayed with no rebinding; every pointer rebound before each replay through the table
+//! (plain table-form kernels) and through the table with PDL (loads before `griddepcontrol.wait`);
+//! and the table + PDL exec launched with no binding in between. Wall µs per iteration, and GPU
+//! µs of one replay between events. Then the host µs of binding K slots + launching (no
+//! synchronization in the timed part) against the same launch with no binding, for K ∈ {1, 10,
+//! 100, 1000}, with safe bindings and with raw addresses. Criterion measures the N = 200 cases
+//! too; the tables printed last are medians of interleaved rounds.
+//!
+//! ```text
+//! cargo bench --bench table
+//! ```
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use criterion::Criterion;
+use std::cell::RefCell;
+
+use graph_rt::{
+    ArgTable, CaptureMode, Context, DeviceBuffer, Event, EventFlags, ExecUpdate, Function, Graph,
+    GraphExec, LaunchConfig, Module, PtrSlot, Stream, TableOptions,
+};
+
+const ELEMS: usize = 4096;
+const SIZES: [usize; 4] = [10, 50, 200, 1000];
+
+fn load(ctx: &Context, ptx: &str, name: &str) -> Function {
+    Module::from_ptx(ctx, ptx)
+        .expect("module")
+        .function(name)
+        .expect("function")
+}
+
+fn cfg(pdl: bool) -> LaunchConfig {
+    let c = LaunchConfig::for_elements(ELEMS, 256);
+    if pdl {
+        c.programmatic_stream_serialization()
+    } else {
+        c
+    }
+}
+
+/// A static chain over `bufs` (plain or PDL `add1`).
+fn static_chain(stream: &Stream, f: &Function, pdl: bool, bufs: &[DeviceBuffer<f32>]) -> GraphExec {
+    capture_chain(stream, f, pdl, bufs)
+        .instantiate()
+        .expect("instantiate")
+}
+
+/// The chain over `bufs`, captured.
+fn capture_chain(stream: &Stream, f: &Function, pdl: bool, bufs: &[DeviceBuffer<f32>]) -> Graph {
+    let c = cfg(pdl);
+    stream
+        .capture(CaptureMode::Global, |s| {
+            for k in 0..bufs.len() - 1 {
+                // SAFETY: add1 over ELEMS floats of two distinct ELEMS-float buffers.
+                unsafe { s.launch(f, &c, (&bufs[k], &bufs[k + 1], ELEMS as i32))? };
+            }
+            Ok(())
+        })
+        .expect("capture")
+}
+
+/// A table-form chain of `steps` kernels over slots 0..=steps of a new table.
+struct TableChain {
+    table: ArgTable,
+    slots: Vec<PtrSlot<f32>>,
+    exec: GraphExec,
+}
+
+fn table_chain(stream: &Stream, f: &Function, pdl: bool, steps: usize) -> TableChain {
+    let options = TableOptions {
+        capacity: steps + 1,
+        depth: 4,
+    };
+    let mut table = ArgTable::new(stream.context(), options).expect("table");
+    let slots: Vec<PtrSlot<f32>> = (0..=steps)
+        .map(|_| table.ptr_slot().expect("slot"))
+        .collect();
+    let c = cfg(pdl);
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            table.record_refresh(s)?;
+            for k in 0..steps {
+                // SAFETY: add1_table over ELEMS floats through slots bound to ELEMS-float buffers.
+                unsafe { s.launch(f, &c, (&slots[k], &slots[k + 1], ELEMS as i32))? };
+            }
+            Ok(())
+        })
+        .expect("capture");
+    let exec = graph.instantiate().expect("instantiate");
+    TableChain { table, slots, exec }
+}
+
+impl TableChain {
+    fn bind_all(&mut self, bufs: &[DeviceBuffer<f32>]) {
+        for (slot, buf) in self.slots.iter().zip(bufs) {
+            self.table.bind(slot, buf).expect("bind");
+        }
+    }
+
+    fn bind_all_raw(&mut self, bufs: &[DeviceBuffer<f32>]) {
+        for (slot, buf) in self.slots.iter().zip(bufs) {
+            // SAFETY: the buffers outlive every launch (the bench keeps them to the end).
+            unsafe { self.table.bind_raw(slot, buf.as_raw()).expect("bind") };
+        }
+    }
+
+    fn launch(&mut self, stream: &Stream) {
+        self.table.launch(&self.exec, stream).expect("launch");
+    }
+}
+
+fn timed(stream: &Stream, body: impl FnOnce()) -> f64 {
+    let t = Instant::now();
+    body();
+    stream.synchronize().expect("sync");
+    t.elapsed().as_secs_f64() * 1e6
+}
+
+fn gpu_time(stream: &Stream, mut body: impl FnMut()) -> f64 {
+    let ctx = stream.context();
+    let start = Event::new(ctx, EventFlags::Timing).expect("event");
+    let end = Event::new(ctx, EventFlags::Timing).expect("event");
+    let times = (0..50)
+        .map(|_| {
+            start.record(stream).expect("record");
+            body();
+            end.record(stream).expect("record");
+            end.synchronize().expect("sync");
+            Event::elapsed_ms(&start, &end).expect("elapsed") as f64 * 1e3
+        })
+        .collect();
+    common::median(times)
+}
+
+struct Row {
+    n: usize,
+    wall: Vec<(&'static str, f64)>,
+    gpu: [f64; 4],
+}
+
+fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
+    let plain = load(ctx, graph_rt::kernels::CHAIN.ptx, "add1");
+    let pdl = load(ctx, graph_rt::kernels::CHAIN_PDL.ptx, "add1");
+    let table = load(ctx, graph_rt::kernels::CHAIN_TABLE.ptx, "add1");
+    let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
+    let mut rows = Vec::new();
+    for n in SIZES {
+        let sets: Vec<Vec<DeviceBuffer<f32>>> = (0..2)
+            .map(|_| {
+                (0..=n)
+                    .map(|_| DeviceBuffer::zeroed(ctx, ELEMS).expect("alloc"))
+                    .collect()
+            })
+            .collect();
+        let s_plain = static_chain(stream, &plain, false, &sets[0]);
+        let s_pdl = static_chain(stream, &pdl, true, &sets[0]);
+        let mut t_plain = table_chain(stream, &table, false, n);
+        let mut t_pdl = table_chain(stream, &table_pdl, true, n);
+        let mut t_still = table_chain(stream, &table_pdl, true, n);
+        t_plain.bind_all(&sets[0]);
+        t_pdl.bind_all(&sets[0]);
+        t_still.bind_all(&sets[0]);
+        // Rebinding through the driver: per-node parameter update, and re-capture + exec update.
+        let node_graph = capture_chain(stream, &plain, false, &sets[0]);
+        let nodes = node_graph.nodes().expect("nodes");
+        let node_exec = RefCell::new(node_graph.instantiate().expect("instantiate"));
+        let recap_exec = RefCell::new(
+            capture_chain(stream, &plain, false, &sets[0])
+                .instantiate()
+                .expect("instantiate"),
+        );
+        let (mut i_plain, mut i_pdl, mut i_node, mut i_recap) = (0usize, 0usize, 0usize, 0usize);
+        let variants: Vec<common::Variant> = vec![
+            (
+                "static",
+                Box::new(|| timed(stream, || s_plain.launch(stream).expect("launch"))),
+            ),
+            (
+                "static PDL",
+                Box::new(|| timed(stream, || s_pdl.launch(stream).expect("launch"))),
+            ),
+            (
+                "table, every pointer rebound",
+                Box::new(|| {
+                    i_plain += 1;
+                    let set = &sets[i_plain % 2];
+                    timed(stream, || {
+                        t_plain.bind_all(set);
+                        t_plain.launch(stream)
+                    })
+                }),
+            ),
+            (
+                "table+PDL, every pointer rebound",
+                Box::new(|| {
+                    i_pdl += 1;
+                    let set = &sets[i_pdl % 2];
+                    timed(stream, || {
+                        t_pdl.bind_all(set);
+                        t_pdl.launch(stream)
+                    })
+                }),
+            ),
+            (
+                "table+PDL, no bind",
+                Box::new(|| timed(stream, || t_still.launch(stream))),
+            ),
+            (
+                "per-node update",
+                Box::new(|| {
+                    i_node += 1;
+                    let set = &sets[i_node % 2];
+                    timed(stream, || {
+                        let mut exec = node_exec.borrow_mut();
+                        for (k, node) in nodes.iter().enumerate() {
+                            // SAFETY: add1 over ELEMS floats of two distinct ELEMS-float buffers.
+                            unsafe {
+                                exec.set_kernel_args(*node, (&set[k], &set[k + 1], ELEMS as i32))
+                                    .expect("update")
+                            };
+                        }
+                        exec.launch(stream).expect("launch")
+                    })
+                }),
+            ),
+            (
+                "re-capture + exec update",
+                Box::new(|| {
+                    i_recap += 1;
+                    let set = &sets[i_recap % 2];
+                    timed(stream, || {
+                        let g = capture_chain(stream, &plain, false, set);
+                        let mut exec = recap_exec.borrow_mut();
+                        assert_eq!(exec.update(&g).expect("update"), ExecUpdate::Updated);
+                        exec.launch(stream).expect("launch")
+                    })
+                }),
+            ),
+        ];
+        let wall = common::interleave(if n >= 1000 { 60 } else { 200 }, variants);
+        let gpu = [
+            gpu_time(stream, || s_plain.launch(stream).expect("launch")),
+            gpu_time(stream, || s_pdl.launch(stream).expect("launch")),
+            {
+                let mut i = 0usize;
+                gpu_time(stream, || {
+                    i += 1;
+                    t_plain.bind_all(&sets[i % 2]);
+                    t_plain.launch(stream)
+                })
+            },
+            {
+                let mut i = 0usize;
+                gpu_time(stream, || {
+                    i += 1;
+                    t_pdl.bind_all(&sets[i % 2]);
+                    t_pdl.launch(stream)
+                })
+            },
+        ];
+        if n == 200 {
+            let mut group = c.benchmark_group("table_chain_200");
+            group
+                .sample_size(20)
+                .measurement_time(Duration::from_secs(2));
+            group.bench_function("static_replay", |b| {
+                b.iter(|| timed(stream, || s_plain.launch(stream).expect("launch")))
+            });
+            let mut i = 0usize;
+            group.bench_function("table_pdl_rebind_every_pointer", |b| {
+                b.iter(|| {
+                    i += 1;
+                    timed(stream, || {
+                        t_pdl.bind_all(&sets[i % 2]);
+                        t_pdl.launch(stream)
+                    })
+                })
+            });
+            group.finish();
+        }
+        rows.push(Row { n, wall, gpu });
+    }
+    rows
+}
+
+/// Host µs of binding every slot of a K-slot table + launching, safe and raw, vs launching alone.
+/// Safe binding alternates two buffer sets (double buffering: a slot rebound to the buffer it
+/// held before costs no reference counting) and, on its own table, rotates three (every binding
+/// new to its slot).
+fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, f64)>)> {
+    let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
+    let mut out = Vec::new();
+    for k in [1usize, 10, 100, 1000] {
+        let sets: Vec<Vec<DeviceBuffer<f32>>> = (0..3)
+            .map(|_| {
+                (0..k)
+                    .map(|_| DeviceBuffer::zeroed(ctx, ELEMS).expect("alloc"))
+                    .collect()
+            })
+            .collect();
+        let chain = |_| {
+            let mut c = table_chain(stream, &table_pdl, true, k - 1);
+            c.bind_all(&sets[0]);
+            RefCell::new(c)
+        };
+        let (two, raw, three) = (chain(0), chain(1), chain(2));
+        let host = |f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            f();
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            stream.synchronize().expect("sync");
+            us
+        };
+        let (mut i, mut j, mut l) = (0usize, 0usize, 0usize);
+        let variants: Vec<common::Variant> = vec![
+            (
+                "launch, no bind",
+                Box::new(|| host(&mut || two.borrow_mut().launch(stream))),
+            ),
+            (
+                "bind K + launch",
+                Box::new(|| {
+                    i += 1;
+                    host(&mut || {
+                        let mut c = two.borrow_mut();
+                        c.bind_all(&sets[i % 2]);
+                        c.launch(stream)
+                    })
+                }),
+            ),
+            (
+                "bind K raw + launch",
+                Box::new(|| {
+                    j += 1;
+                    host(&mut || {
+                        let mut c = raw.borrow_mut();
+                        c.bind_all_raw(&sets[j % 2]);
+                        c.launch(stream)
+                    })
+                }),
+            ),
+            (
+                "bind K (3 sets) + launch",
+                Box::new(|| {
+                    l += 1;
+                    host(&mut || {
+                        let mut c = three.borrow_mut();
+                        c.bind_all(&sets[l % 3]);
+                        c.launch(stream)
+                    })
+                }),
+            ),
+        ];
+        out.push((k, common::interleave(300, variants)));
+    }
+    out
+}
+
+/// A graph reading 16 KiB of an input of 1 MiB, 64 MiB or 1 GiB, where only the input moves
+/// between steps (two inputs of each size, alternating): the static graph with the whole input
+/// copied into the buffer it reads, vs the table + PDL form with the input's slot rebound. Wall
+/// µs per synchronized step. The three table cases run interleaved with each other, as do the
+/// three copies: a 1 GiB copy between table steps would evict the L2 cache and the TLB the
+/// table steps read through, and measure that instead of the table.
+fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64)> {
+    const MIBS: [usize; 3] = [1, 64, 1024];
+    let plain = load(ctx, graph_rt::kernels::CHAIN.ptx, "add1");
+    let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
+    let out = DeviceBuffer::<f32>::zeroed(ctx, ELEMS).expect("alloc");
+    struct Size {
+        inputs: Vec<DeviceBuffer<f32>>,
+        fixed: RefCell<DeviceBuffer<f32>>,
+        static_exec: GraphExec,
+        chain: RefCell<TableChain>,
+    }
+    let sizes: Vec<Size> = MIBS
+        .iter()
+        .map(|mib| {
+            let elems = mib << 18;
+            let inputs: Vec<DeviceBuffer<f32>> = (0..2)
+                .map(|_| DeviceBuffer::zeroed(ctx, elems).expect("alloc"))
+                .collect();
+            let fixed = DeviceBuffer::<f32>::zeroed(ctx, elems).expect("alloc");
+            let c = cfg(false);
+            let static_exec = stream
+                .capture(CaptureMode::Global, |s| {
+                    // SAFETY: add1 reads ELEMS floats of `fixed` (at least ELEMS), writes `out`.
+                    unsafe { s.launch(&plain, &c, (&fixed, &out, ELEMS as i32))? };
+                    Ok(())
+                })
+                .expect("capture")
+                .instantiate()
+                .expect("instantiate");
+            let mut chain = table_chain(stream, &table_pdl, true, 1);
+            chain.table.bind(&chain.slots[1], &out).expect("bind");
+            chain.table.bind(&chain.slots[0], &inputs[0]).expect("bind");
+            Size {
+                inputs,
+                fixed: RefCell::new(fixed),
+                static_exec,
+                chain: RefCell::new(chain),
+            }
+        })
+        .collect();
+    let turns: Vec<std::cell::Cell<usize>> = (0..6).map(|_| std::cell::Cell::new(0)).collect();
+    let next = |i: usize| {
+        turns[i].set(turns[i].get() + 1);
+        turns[i].get() % 2
+    };
+    let names = ["1 MiB", "64 MiB", "1 GiB"];
+    let table_cases: Vec<common::Variant> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, size)| {
+            let next = &next;
+            let f: Box<dyn FnMut() -> f64 + '_> = Box::new(move || {
+                let input = &size.inputs[next(i)];
+                timed(stream, || {
+                    let mut c = size.chain.borrow_mut();
+                    let TableChain { table, slots, .. } = &mut *c;
+                    table.bind(&slots[0], input).expect("bind");
+                    c.launch(stream)
+                })
+            });
+            (names[i], f)
+        })
+        .collect();
+    let table = common::interleave(300, table_cases);
+    let copy_cases: Vec<common::Variant> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, size)| {
+            let next = &next;
+            let f: Box<dyn FnMut() -> f64 + '_> = Box::new(move || {
+                let input = &size.inputs[next(3 + i)];
+                timed(stream, || {
+                    // SAFETY: both buffers outlive the synchronization that ends `timed`.
+                    unsafe {
+                        size.fixed
+                            .borrow_mut()
+                            .copy_from_device_async(input, stream)
+                            .expect("copy")
+                    };
+                    size.static_exec.launch(stream).expect("launch")
+                })
+            });
+            (names[i], f)
+        })
+        .collect();
+    let copy = common::interleave(100, copy_cases);
+    MIBS.iter()
+        .zip(table.iter().zip(&copy))
+        .map(|(mib, (t, c))| (*mib, c.1, t.1))
+        .collect()
+}
+
+fn main() {
+    let ctx = match Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("table bench skipped: {e}");
+            return;
+        }
+    };
+    if ctx
+        .device()
+        .compute_capability()
+        .map_or(true, |cc| cc.0 < 9)
+    {
+        eprintln!(
+            "table bench skipped: programmatic dependent launch needs compute capability 9.0"
+        );
+        return;
+    }
+    let stream = Stream::new(&ctx).expect("stream");
+    let mut c = Criterion::default().configure_from_args();
+    let rows = chains(&mut c, &ctx, &stream);
+    let host = host_costs(&ctx, &stream);
+    let big = big_inputs(&ctx, &stream);
+    c.final_summary();
+    println!("\ntable: argument table, chains of N add1, wall µs per synchronized iteration (median of interleaved rounds)");
+    for r in &rows {
+        let get = |name: &str| {
+            r.wall
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map_or(f64::NAN, |v| v.1)
+        };
+        let (st, still) = (get("static"), get("table+PDL, no bind"));
+        let cells: Vec<String> = r
+            .wall
+            .iter()
+            .map(|(name, v)| format!("{name} {v:.1}"))
+            .collect();
+        println!("table: N={:<5} {}", r.n, cells.join(" · "));
+        let tp = get("table+PDL, every pointer rebound");
+        println!(
+            "table: N={:<5} table+PDL rebound / no bind {:.3}× · / static {:.3}× · table (no PDL) rebound / static {:.3}×",
+            r.n,
+            tp / still,
+            tp / st,
+            get("table, every pointer rebound") / st
+        );
+        println!(
+            "table: N={:<5} GPU µs per replay: static {:.1} · static PDL {:.1} ({:.3}×) · table rebound {:.1} ({:.3}×) · table+PDL rebound {:.1} ({:.3}×)",
+            r.n,
+            r.gpu[0],
+            r.gpu[1],
+            r.gpu[1] / r.gpu[0],
+            r.gpu[2],
+            r.gpu[2] / r.gpu[0],
+            r.gpu[3],
+            r.gpu[3] / r.gpu[0]
+        );
+    }
+    println!("\ntable: host µs of binding K slots + launch (no sync in the timed part), median of interleaved rounds");
+    for (k, v) in &host {
+        let cells: Vec<String> = v.iter().map(|(name, t)| format!("{name} {t:.2}")).collect();
+        let base = v[0].1;
+        println!(
+            "table: K={:<5} {} · extra: safe {:+.2} µs, raw {:+.2} µs, safe with 3 sets {:+.2} µs",
+            k,
+            cells.join(" · "),
+            v[1].1 - base,
+            v[2].1 - base,
+            v[3].1 - base
+        );
+    }
+    println!("\ntable: a graph reading 16 KiB of a large input, only the input moving; wall µs per synchronized step");
+    let one_mib = big.first().map_or(f64::NAN, |r| r.2);
+    for (mib, copy, table) in &big {
+        println!(
+            "table: input {:>4} MiB: static, input copied in {:.1} · table+PDL, input rebound {:.1} ({:.3}× the 1 MiB case)",
+            mib,
+            copy,
+            table,
+            table / one_mib
+        );
+    }
+}

@@ -1,0 +1,126 @@
+//! Mapped page-locked host memory: host memory the device reads and writes directly
+//! (`cuMemHostAlloc` with `CU_MEMHOSTALLOC_DEVICEMAP`), for small control data shared with
+//! running kernels (an argument table's mirrors and acknowledgements).
+
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use cuda_sys::CUdeviceptr;
+
+use super::memory::byte_len;
+use super::{Context, ContextInner};
+use crate::error::{check, Error, Result};
+
+/// `len` zeroed elements of `T` in page-locked host memory mapped into the device's address
+/// space. The device may read and write it while kernels run, so the host accesses it element by
+/// element with volatile reads and writes, never through a slice.
+pub struct MappedHostBuffer<T: Pod> {
+    ptr: *mut T,
+    device: CUdeviceptr,
+    len: usize,
+    ctx: Arc<ContextInner>,
+}
+
+// SAFETY: the buffer owns its memory; every access is a volatile element access, as the device's.
+unsafe impl<T: Pod + Send> Send for MappedHostBuffer<T> {}
+// SAFETY: as above: no reference into the memory is ever handed out.
+unsafe impl<T: Pod + Sync> Sync for MappedHostBuffer<T> {}
+
+impl<T: Pod> std::fmt::Debug for MappedHostBuffer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MappedHostBuffer")
+            .field("device", &format_args!("{:#x}", self.device))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl<T: Pod> MappedHostBuffer<T> {
+    /// Allocates `len` zeroed elements (at least one), mapped for the device of `ctx`.
+    pub fn zeroed(ctx: &Context, len: usize) -> Result<Self> {
+        const CALL: &str = "cuMemHostAlloc";
+        if len == 0 || std::mem::size_of::<T>() == 0 {
+            return Err(Error::invalid(
+                CALL,
+                "a mapped buffer holds at least one byte",
+            ));
+        }
+        let bytes = byte_len::<T>(CALL, len)?;
+        ctx.bind()?;
+        let mut ptr = std::ptr::null_mut();
+        let flags = cuda_sys::CU_MEMHOSTALLOC_DEVICEMAP | cuda_sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: valid out-pointer; the context is current.
+        check(CALL, unsafe {
+            cuda_sys::cuMemHostAlloc(&mut ptr, bytes, flags)
+        })?;
+        // SAFETY: the allocation holds `bytes` bytes, not yet shared with the device.
+        unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
+        let mut device = 0;
+        // SAFETY: `ptr` is mapped host memory of this context; flags must be 0.
+        let r = check("cuMemHostGetDevicePointer", unsafe {
+            cuda_sys::cuMemHostGetDevicePointer(&mut device, ptr, 0)
+        });
+        if let Err(e) = r {
+            // SAFETY: allocated above, never shared.
+            let _ = unsafe { cuda_sys::cuMemFreeHost(ptr) };
+            return Err(e);
+        }
+        Ok(Self {
+            ptr: ptr.cast(),
+            device,
+            len,
+            ctx: ctx.inner.clone(),
+        })
+    }
+
+    /// The address kernels use.
+    pub fn device_ptr(&self) -> CUdeviceptr {
+        self.device
+    }
+
+    /// The host address. Access it only with volatile element reads and writes.
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer holds no elements (never: it holds at least one).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `i`, as the device last wrote it (a volatile read), or `None` out of range.
+    #[inline]
+    pub fn read(&self, i: usize) -> Option<T> {
+        // SAFETY: in range; volatile, since the device may write it concurrently.
+        (i < self.len).then(|| unsafe { self.ptr.add(i).read_volatile() })
+    }
+
+    /// Writes element `i` (a volatile write); out of range writes nothing and returns false.
+    #[inline]
+    pub fn write(&self, i: usize, value: T) -> bool {
+        if i >= self.len {
+            return false;
+        }
+        // SAFETY: in range; volatile, since the device may read it concurrently.
+        unsafe { self.ptr.add(i).write_volatile(value) };
+        true
+    }
+}
+
+impl<T: Pod> Drop for MappedHostBuffer<T> {
+    fn drop(&mut self) {
+        let r = self.ctx.bind().and_then(|_| {
+            // SAFETY: we allocated `ptr` with cuMemHostAlloc; its owner keeps it alive while the
+            // device may use it.
+            check("cuMemFreeHost", unsafe {
+                cuda_sys::cuMemFreeHost(self.ptr.cast())
+            })
+        });
+        self.ctx.record(r);
+    }
+}

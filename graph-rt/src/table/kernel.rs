@@ -1,0 +1,222 @@
+//! Table-form kernels with their table signature: a launch is checked against which parameters
+//! take slot addresses, of what kind, before anything is launched.
+
+use graph_rt_ptx::{KernelSignature, SlotKind};
+
+use crate::driver::{Context, Function, Module, Stream};
+use crate::error::{Error, Result};
+use crate::graph::{CaptureScope, CapturedNode};
+use crate::launch::{ArgSlot, KernelArgs, LaunchConfig};
+
+/// What one parameter of a table-form kernel takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableParam {
+    /// A plain value of `size` bytes, passed as the plain form takes it.
+    Value {
+        /// Size in bytes.
+        size: usize,
+    },
+    /// The address of a pointer slot whose bindings the kernel assumes aligned to `align` bytes.
+    Pointer {
+        /// The alignment the kernel was compiled for (`.align` of the original parameter, 16
+        /// when it declared none).
+        align: usize,
+    },
+    /// The address of a scalar slot holding a value of `size` bytes.
+    Scalar {
+        /// Size in bytes.
+        size: usize,
+    },
+}
+
+/// A kernel in table form and its signature: where the plain form takes buffers and values, it
+/// takes [`PtrSlot`](crate::PtrSlot)s and [`ScalarSlot`](crate::ScalarSlot)s. Every launch
+/// through it checks, before launching, that the arguments match the signature: a slot where the
+/// kernel reads a slot (of the right kind: pointer or scalar of the right size, a pointer slot
+/// whose declared alignment is at least the kernel's), a value of the right size elsewhere, and
+/// every slot of one table.
+#[derive(Debug, Clone)]
+pub struct TableKernel {
+    function: Function,
+    params: Vec<TableParam>,
+}
+
+impl TableKernel {
+    /// `function` with the signature `params`, checked against its parameter layout
+    /// (`cuFuncGetParamInfo`): as many parameters, slots 8 bytes, values of their size.
+    pub fn new(function: Function, params: Vec<TableParam>) -> Result<Self> {
+        const CALL: &str = "TableKernel::new";
+        let layout = function.param_layout()?;
+        if layout.len() != params.len() {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "`{}` has {} parameters; the signature gives {}",
+                    function.name(),
+                    layout.len(),
+                    params.len()
+                ),
+            ));
+        }
+        for (i, (info, p)) in layout.iter().zip(&params).enumerate() {
+            let want = match *p {
+                TableParam::Value { size } => size,
+                TableParam::Pointer { .. } | TableParam::Scalar { .. } => 8,
+            };
+            if info.size != want {
+                return Err(Error::invalid(
+                    CALL,
+                    format!(
+                        "parameter {i} of `{}` has {} bytes; the signature says {want}",
+                        function.name(),
+                        info.size
+                    ),
+                ));
+            }
+        }
+        Ok(Self { function, params })
+    }
+
+    /// `function` with the signature the PTX pass reported for it
+    /// ([`graph_rt_ptx::Rewritten::kernels`]).
+    pub fn from_signature(function: Function, signature: &KernelSignature) -> Result<Self> {
+        if signature.name != function.name() {
+            return Err(Error::invalid(
+                "TableKernel::from_signature",
+                format!(
+                    "the signature is `{}`'s, the function `{}`",
+                    signature.name,
+                    function.name()
+                ),
+            ));
+        }
+        let params = signature
+            .params
+            .iter()
+            .map(|p| match p.slot {
+                None => TableParam::Value { size: p.size },
+                Some(s) => match s.kind {
+                    SlotKind::Pointer => TableParam::Pointer { align: s.align },
+                    SlotKind::Scalar(t) => TableParam::Scalar { size: t.size() },
+                },
+            })
+            .collect();
+        Self::new(function, params)
+    }
+
+    /// Rewrites kernel `name` of `ptx` with the PTX pass (`options`), loads the result in `ctx`
+    /// and returns the kernel with the signature the pass reported.
+    pub fn load(
+        ctx: &Context,
+        ptx: &str,
+        name: &str,
+        options: &graph_rt_ptx::Options,
+    ) -> Result<Self> {
+        let rewritten = graph_rt_ptx::indirect(ptx.as_bytes(), options).map_err(|e| {
+            Error::invalid("TableKernel::load", format!("the PTX pass refused: {e}"))
+        })?;
+        let signature = rewritten
+            .kernels
+            .iter()
+            .find(|k| k.name == name)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "TableKernel::load",
+                    format!("no kernel `{name}` in the PTX"),
+                )
+            })?;
+        let function = Module::from_ptx(ctx, &rewritten.ptx)?.function(name)?;
+        Self::from_signature(function, signature)
+    }
+
+    /// The kernel.
+    pub fn function(&self) -> &Function {
+        &self.function
+    }
+
+    /// The signature.
+    pub fn params(&self) -> &[TableParam] {
+        &self.params
+    }
+
+    /// Checks `args` against the signature (see the type's docs).
+    pub fn check(&self, args: &impl KernelArgs) -> Result<()> {
+        const CALL: &str = "TableKernel::launch";
+        let name = self.function.name();
+        let Some(described) = args.describe() else {
+            return Err(Error::invalid(
+                CALL,
+                "pass a tuple of arguments: this argument list cannot say which are slots",
+            ));
+        };
+        if described.len() != self.params.len() {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "`{name}` takes {} arguments; {} given",
+                    self.params.len(),
+                    described.len()
+                ),
+            ));
+        }
+        let mut table = None;
+        for (i, (&(size, arg), &param)) in described.iter().zip(&self.params).enumerate() {
+            let ok = match (param, arg) {
+                (TableParam::Value { size: want }, ArgSlot::Value) => size == want,
+                (TableParam::Pointer { align }, ArgSlot::Pointer { align: has, .. }) => {
+                    has >= align
+                }
+                (TableParam::Scalar { size: want }, ArgSlot::Scalar { size: has, .. }) => {
+                    has == want
+                }
+                _ => false,
+            };
+            if !ok {
+                return Err(Error::invalid(
+                    CALL,
+                    format!("argument {i} of `{name}`: the kernel takes {param:?}, given {arg:?} ({size} bytes)"),
+                ));
+            }
+            if let ArgSlot::Pointer { table: t, .. } | ArgSlot::Scalar { table: t, .. } = arg {
+                if *table.get_or_insert(t) != t {
+                    return Err(Error::invalid(
+                        CALL,
+                        format!("argument {i} of `{name}` is a slot of another table than the arguments before it"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Launches the kernel on `stream` after [`TableKernel::check`].
+    ///
+    /// # Safety
+    /// As [`Stream::launch`]: the launch configuration and what the slots are bound to when the
+    /// table is refreshed must be what the kernel expects (lengths, aliasing).
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        config: &LaunchConfig,
+        args: impl KernelArgs,
+    ) -> Result<()> {
+        self.check(&args)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { stream.launch(&self.function, config, args) }
+    }
+
+    /// Records the kernel as the next node of a capture after [`TableKernel::check`].
+    ///
+    /// # Safety
+    /// As [`TableKernel::launch`], for every replay.
+    pub unsafe fn record(
+        &self,
+        scope: &CaptureScope<'_>,
+        config: &LaunchConfig,
+        args: impl KernelArgs,
+    ) -> Result<CapturedNode> {
+        self.check(&args)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { scope.launch(&self.function, config, args) }
+    }
+}

@@ -1,0 +1,15 @@
+//! The device-resident argument table: kernels read their pointers and scalars from slots of a
+//! table in device memory, so that a captured graph is rebound to new buffers and values by
+//! writing a few bytes on the host, with no driver call.
+//!
+//! Depends on `driver/`, `launch/` and `graph/`.
+
+mod keep;
+mod kernel;
+mod slot;
+#[allow(clippy::module_inception)]
+mod table;
+
+pub use kernel::{TableKernel, TableParam};
+pub use slot::{PtrSlot, ScalarSlot};
+pub use table::{ArgTable, TableOptions, TableStats};

@@ -1,0 +1,132 @@
+//! Slot handles: what a table-form kernel takes where the plain form takes a buffer or a value.
+
+use std::marker::PhantomData;
+
+use cuda_sys::CUdeviceptr;
+
+use crate::launch::{ArgSlot, KernelArg};
+use crate::resource::Resource;
+
+/// A pointer slot of an [`ArgTable`](super::ArgTable) holding the address of `T` elements.
+///
+/// As a kernel argument it passes the slot's device address (a `T* const*` in the kernel), and
+/// keeps the table's device memory alive in graphs.
+pub struct PtrSlot<T> {
+    pub(crate) table: u64,
+    pub(crate) index: usize,
+    pub(crate) addr: CUdeviceptr,
+    pub(crate) align: usize,
+    pub(crate) min_len: usize,
+    pub(crate) keep: Resource,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+/// A scalar slot of an [`ArgTable`](super::ArgTable) holding a `T` (at most 8 bytes), such as a
+/// decode step's sequence length.
+///
+/// As a kernel argument it passes the slot's device address (a `const T*` in the kernel).
+pub struct ScalarSlot<T> {
+    pub(crate) table: u64,
+    pub(crate) index: usize,
+    pub(crate) addr: CUdeviceptr,
+    pub(crate) keep: Resource,
+    pub(crate) _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for PtrSlot<T> {
+    fn clone(&self) -> Self {
+        Self {
+            keep: self.keep.clone(),
+            _t: PhantomData,
+            ..*self
+        }
+    }
+}
+
+impl<T> Clone for ScalarSlot<T> {
+    fn clone(&self) -> Self {
+        Self {
+            keep: self.keep.clone(),
+            _t: PhantomData,
+            ..*self
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for PtrSlot<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PtrSlot")
+            .field("index", &self.index)
+            .field("align", &self.align)
+            .field("min_len", &self.min_len)
+            .finish()
+    }
+}
+
+impl<T> std::fmt::Debug for ScalarSlot<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScalarSlot")
+            .field("index", &self.index)
+            .finish()
+    }
+}
+
+impl<T> PtrSlot<T> {
+    /// The slot's index in its table.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The slot's device address (what a kernel receives).
+    pub fn device_addr(&self) -> CUdeviceptr {
+        self.addr
+    }
+}
+
+impl<T> ScalarSlot<T> {
+    /// The slot's index in its table.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The slot's device address (what a kernel receives).
+    pub fn device_addr(&self) -> CUdeviceptr {
+        self.addr
+    }
+}
+
+// SAFETY: the slot's address is inside the table's device memory, which `retain` hands over.
+unsafe impl<T> KernelArg for PtrSlot<T> {
+    type Param = CUdeviceptr;
+    #[inline]
+    fn to_param(&self) -> CUdeviceptr {
+        self.addr
+    }
+    fn retain(&self, keep: &mut dyn FnMut(Resource)) {
+        keep(self.keep.clone())
+    }
+    fn slot(&self) -> ArgSlot {
+        ArgSlot::Pointer {
+            table: self.table,
+            align: self.align,
+        }
+    }
+}
+
+// SAFETY: as for pointer slots.
+unsafe impl<T> KernelArg for ScalarSlot<T> {
+    type Param = CUdeviceptr;
+    #[inline]
+    fn to_param(&self) -> CUdeviceptr {
+        self.addr
+    }
+    fn retain(&self, keep: &mut dyn FnMut(Resource)) {
+        keep(self.keep.clone())
+    }
+    fn slot(&self) -> ArgSlot {
+        ArgSlot::Scalar {
+            table: self.table,
+            size: std::mem::size_of::<T>(),
+        }
+    }
+}

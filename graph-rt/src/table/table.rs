@@ -1,0 +1,583 @@
+//! The table, its slots and bindings, the ring of host mirrors, and launches that read it.
+//!
+//! Layout: slot `i` is the 8-byte word `i` of a table in device memory. Bindings are written on
+//! the host into a staging copy; each launch copies the staging words into one of `depth`
+//! mirrors in mapped host memory and launches a graph whose first node, the shipped
+//! `table_refresh` kernel, copies the mirror into the device table. Launches are numbered; launch
+//! `s` uses mirror `s % depth`, and its refresh writes `s + 1` into acknowledgement word
+//! `s % depth` (mapped host memory) once it has read the mirror. A mirror is rewritten only
+//! after its previous launch's acknowledgement: rebinding while earlier launches are in flight
+//! is correct by construction. When every mirror is in flight, the launch spins on the oldest
+//! acknowledgement (counted in [`TableStats::waits`]).
+//!
+//! A refresh runs only after all earlier work of its stream has finished, so the acknowledgement
+//! of launch `s` also proves that every launch before `s` has finished: bindings replaced before
+//! launch `s` are released once it is seen, with no event or driver call.
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytemuck::Pod;
+use cuda_sys::CUdeviceptr;
+
+use super::keep::Keep;
+use super::slot::{PtrSlot, ScalarSlot};
+use crate::driver::{
+    Allocation, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer, Module, Parked,
+    Stream, StreamInner,
+};
+use crate::error::{Error, Result};
+use crate::graph::{CaptureScope, CapturedNode, GraphExec};
+use crate::launch::LaunchConfig;
+use crate::resource::Resource;
+
+/// How a table is made.
+#[derive(Debug, Clone, Copy)]
+pub struct TableOptions {
+    /// Slots the table holds at most (8 bytes each).
+    pub capacity: usize,
+    /// Host mirrors in the ring: how many launches may be in flight before a launch waits.
+    pub depth: usize,
+}
+
+impl Default for TableOptions {
+    fn default() -> Self {
+        Self {
+            capacity: 1024,
+            depth: 4,
+        }
+    }
+}
+
+/// What a table did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableStats {
+    /// Launches (and eager refreshes) through the table.
+    pub launches: u64,
+    /// Launches that found every mirror in flight and waited for the oldest acknowledgement.
+    pub waits: u64,
+    /// Bindings made.
+    pub binds: u64,
+}
+
+/// What the table's slots and graphs share: the device table, the mirrors, the counters. Graphs
+/// that read the table keep it alive.
+struct Shared {
+    table: DeviceBuffer<u64>,
+    seq: DeviceBuffer<u64>,
+    mirrors: MappedHostBuffer<u64>,
+    acks: MappedHostBuffer<u64>,
+    refresh: Function,
+}
+
+/// An allocation's identity: the address of its shared state (never 0).
+#[inline]
+fn key_of(alloc: &Arc<Allocation>) -> usize {
+    Arc::as_ptr(alloc) as usize
+}
+
+/// Identifies tables for slots and graphs; never reused.
+static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A device-resident argument table (see the module docs of `table`).
+///
+/// Kernels in table form take slot addresses ([`PtrSlot`], [`ScalarSlot`]) where the plain form
+/// takes buffers and values; a graph that reads the table begins with
+/// [`ArgTable::record_refresh`] and is launched with [`ArgTable::launch`], which writes the
+/// bindings made since the last launch for that launch alone. All launches through one table go
+/// to one stream (the first one's): a launch on another stream is an error, since the ordering
+/// of refreshes is what keeps each launch's bindings its own.
+pub struct ArgTable {
+    id: u64,
+    ctx: Context,
+    shared: Arc<Shared>,
+    capacity: usize,
+    depth: usize,
+    // The bindings, as the next launch will see them, what they keep alive, and which slots
+    // were ever set.
+    words: Vec<u64>,
+    keeps: Vec<Keep>,
+    unbound: usize,
+    // Bindings replaced before launch `seq`: released once that launch's refresh has run.
+    replaced: Vec<(u64, Resource)>,
+    // The highest acknowledgement seen: launches below it have finished.
+    done: u64,
+    // Launches made; the first slot may not be added after one.
+    next_seq: u64,
+    sealed: bool,
+    stream: Option<Arc<StreamInner>>,
+    stats: TableStats,
+}
+
+impl std::fmt::Debug for ArgTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgTable")
+            .field("slots", &self.words.len())
+            .field("depth", &self.depth)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl ArgTable {
+    /// A table of up to `options.capacity` slots with a ring of `options.depth` mirrors, in
+    /// `ctx`. Loads the shipped `table_refresh` kernel.
+    pub fn new(ctx: &Context, options: TableOptions) -> Result<Self> {
+        const CALL: &str = "ArgTable::new";
+        if options.capacity == 0 || options.capacity > u32::MAX as usize || options.depth == 0 {
+            return Err(Error::invalid(
+                CALL,
+                "capacity and depth must be at least 1 (capacity below 2^32)",
+            ));
+        }
+        let refresh =
+            Module::from_ptx(ctx, graph_rt_kernels::TABLE.ptx)?.function("table_refresh")?;
+        let mirror_words = options
+            .capacity
+            .checked_mul(options.depth)
+            .ok_or_else(|| Error::invalid(CALL, "capacity × depth overflows"))?;
+        let shared = Shared {
+            table: DeviceBuffer::zeroed(ctx, options.capacity)?,
+            seq: DeviceBuffer::zeroed(ctx, 1)?,
+            mirrors: MappedHostBuffer::zeroed(ctx, mirror_words)?,
+            acks: MappedHostBuffer::zeroed(ctx, options.depth)?,
+            refresh,
+        };
+        Ok(Self {
+            id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
+            ctx: ctx.clone(),
+            shared: Arc::new(shared),
+            capacity: options.capacity,
+            depth: options.depth,
+            words: Vec::new(),
+            keeps: Vec::new(),
+            unbound: 0,
+            replaced: Vec::new(),
+            done: 0,
+            next_seq: 0,
+            sealed: false,
+            stream: None,
+            stats: TableStats::default(),
+        })
+    }
+
+    fn add_slot(&mut self) -> Result<(usize, CUdeviceptr)> {
+        const CALL: &str = "ArgTable::slot";
+        if self.sealed {
+            return Err(Error::invalid(
+                CALL,
+                "slots are added before the first refresh is recorded or launched (the refresh copies the slots that exist then)",
+            ));
+        }
+        if self.words.len() == self.capacity {
+            return Err(Error::invalid(
+                CALL,
+                format!("the table is full ({} slots)", self.capacity),
+            ));
+        }
+        let index = self.words.len();
+        self.words.push(0);
+        self.keeps.push(Keep::default());
+        self.unbound += 1;
+        Ok((index, self.shared.table.as_raw() + 8 * index as CUdeviceptr))
+    }
+
+    /// A new pointer slot for `T` elements, bound to addresses aligned to 16 bytes (what
+    /// compiled kernels vectorize on) and buffers of any length.
+    pub fn ptr_slot<T: Pod>(&mut self) -> Result<PtrSlot<T>> {
+        self.ptr_slot_with(16, 0)
+    }
+
+    /// A new pointer slot for `T` elements, bound to addresses aligned to `align` bytes (a power
+    /// of two, at least `T`'s alignment) and buffers of at least `min_len` elements.
+    pub fn ptr_slot_with<T: Pod>(&mut self, align: usize, min_len: usize) -> Result<PtrSlot<T>> {
+        if !align.is_power_of_two() || align < std::mem::align_of::<T>() {
+            return Err(Error::invalid(
+                "ArgTable::ptr_slot",
+                format!(
+                    "alignment {align} is not a power of two of at least the element's alignment"
+                ),
+            ));
+        }
+        let (index, addr) = self.add_slot()?;
+        Ok(PtrSlot {
+            table: self.id,
+            index,
+            addr,
+            align,
+            min_len,
+            keep: self.shared.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    /// A new scalar slot for a `T` of at most 8 bytes.
+    pub fn scalar_slot<T: Pod>(&mut self) -> Result<ScalarSlot<T>> {
+        if std::mem::size_of::<T>() > 8 {
+            return Err(Error::invalid(
+                "ArgTable::scalar_slot",
+                format!(
+                    "a scalar slot holds 8 bytes; the type has {}",
+                    std::mem::size_of::<T>()
+                ),
+            ));
+        }
+        let (index, addr) = self.add_slot()?;
+        Ok(ScalarSlot {
+            table: self.id,
+            index,
+            addr,
+            keep: self.shared.clone(),
+            _t: PhantomData,
+        })
+    }
+
+    #[inline]
+    fn own(&self, table: u64, index: usize, call: &'static str) -> Result<()> {
+        if table != self.id {
+            return Err(Error::invalid(call, "the slot belongs to another table"));
+        }
+        if index >= self.words.len() {
+            return Err(Error::invalid(
+                call,
+                format!("slot {index} is out of range"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Writes `word` into slot `index` for the next launch, keeping the allocation `keep` (whose
+    /// identity is `key`, 0 for none) alive while a launch may read it.
+    #[inline]
+    fn set(&mut self, index: usize, word: u64, key: usize, keep: Option<&Arc<Allocation>>) {
+        self.words[index] = word;
+        let k = &mut self.keeps[index];
+        if !k.bound {
+            k.bound = true;
+            self.unbound -= 1;
+        }
+        let make = || keep.map(|a| a.clone() as Resource);
+        if let Some((until, r)) = k.hold(key, make, self.next_seq) {
+            // `replaced` stays in launch-count order: an earlier-pushed binding with a later
+            // count makes this one wait for that count too (later, never sooner).
+            let until = self.replaced.last().map_or(until, |l| l.0.max(until));
+            self.replaced.push((until, r));
+        }
+        self.stats.binds += 1;
+    }
+
+    /// Checks that `alloc` (identity `key`) is of this table's context, unless slot `index`
+    /// holds it already (checked then).
+    #[inline]
+    fn check_context(
+        &self,
+        index: usize,
+        key: usize,
+        alloc: &Allocation,
+        call: &'static str,
+    ) -> Result<()> {
+        if self.keeps[index].holds(key) || alloc.in_context(&self.ctx) {
+            Ok(())
+        } else {
+            Err(Error::invalid(
+                call,
+                "the buffer belongs to another context",
+            ))
+        }
+    }
+
+    /// Checks a binding of `slot` to `len` elements at `addr`.
+    #[inline]
+    fn check_ptr<T>(&self, slot: &PtrSlot<T>, addr: CUdeviceptr, len: usize) -> Result<()> {
+        const CALL: &str = "ArgTable::bind";
+        self.own(slot.table, slot.index, CALL)?;
+        if addr & (slot.align as u64 - 1) != 0 {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "address {addr:#x} is not aligned to the {} bytes the slot declares",
+                    slot.align
+                ),
+            ));
+        }
+        if len < slot.min_len {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{len} elements; the slot declares at least {}",
+                    slot.min_len
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Binds `slot` to `buffer` for the launches that follow (a host write; the buffer is kept
+    /// alive while a launch may read it). Checks the table, the context, the alignment and the
+    /// length the slot declares; on error the table is unchanged.
+    #[inline]
+    pub fn bind<T: Pod>(&mut self, slot: &PtrSlot<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
+        self.check_ptr(slot, buffer.as_raw(), buffer.len())?;
+        let alloc = buffer.allocation();
+        let key = key_of(alloc);
+        self.check_context(slot.index, key, alloc, "ArgTable::bind")?;
+        self.set(slot.index, buffer.as_raw(), key, Some(alloc));
+        Ok(())
+    }
+
+    /// Binds `slot` to the elements of `view` (see [`ArgTable::bind`]).
+    pub fn bind_view<T: Pod>(&mut self, slot: &PtrSlot<T>, view: &DeviceView<T>) -> Result<()> {
+        self.check_ptr(slot, view.as_raw(), view.len())?;
+        let alloc = view.allocation();
+        let key = key_of(alloc);
+        self.check_context(slot.index, key, alloc, "ArgTable::bind_view")?;
+        self.set(slot.index, view.as_raw(), key, Some(alloc));
+        Ok(())
+    }
+
+    /// Binds `slot` to a raw device address (alignment checked; nothing kept alive).
+    ///
+    /// # Safety
+    /// `addr` must address at least the slot's minimum length of `T` elements of this context,
+    /// valid for every launch until the slot is bound again and that launch has finished.
+    pub unsafe fn bind_raw<T: Pod>(&mut self, slot: &PtrSlot<T>, addr: CUdeviceptr) -> Result<()> {
+        self.check_ptr(slot, addr, usize::MAX)?;
+        self.set(slot.index, addr, 0, None);
+        Ok(())
+    }
+
+    /// Sets `slot` to `value` for the launches that follow.
+    pub fn set_scalar<T: Pod>(&mut self, slot: &ScalarSlot<T>, value: T) -> Result<()> {
+        self.own(slot.table, slot.index, "ArgTable::set_scalar")?;
+        let mut word = [0u8; 8];
+        word[..std::mem::size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&value));
+        self.set(slot.index, u64::from_le_bytes(word), 0, None);
+        Ok(())
+    }
+
+    /// What the table did.
+    pub fn stats(&self) -> TableStats {
+        self.stats
+    }
+
+    /// Slots made so far.
+    pub fn len(&self) -> usize {
+        self.words.len()
+    }
+
+    /// Whether the table has no slots.
+    pub fn is_empty(&self) -> bool {
+        self.words.is_empty()
+    }
+
+    fn refresh_args(&self) -> (u64, u64, u32, u32, u64, u64) {
+        let s = &self.shared;
+        (
+            s.mirrors.device_ptr(),
+            s.table.as_raw(),
+            self.words.len() as u32,
+            self.depth as u32,
+            s.seq.as_raw(),
+            s.acks.device_ptr(),
+        )
+    }
+
+    /// Records the table's refresh as the next node of a capture: the graph then begins by
+    /// copying the launch's bindings into the device table, and the next kernel it launches waits
+    /// for it fully (no programmatic edge). Record it first, once per graph; launch the graph with
+    /// [`ArgTable::launch`].
+    pub fn record_refresh(&mut self, scope: &CaptureScope<'_>) -> Result<CapturedNode> {
+        self.sealed = true;
+        let args = self.refresh_args();
+        // SAFETY: table_refresh reads `depth` mirrors of `words` words, writes `words` words of
+        // the device table, one counter word and `depth` acknowledgement words, all of which the
+        // table holds (and the graph keeps alive below).
+        let node =
+            unsafe { scope.launch(&self.shared.refresh, &LaunchConfig::new(1u32, 256u32), args)? };
+        scope.keep_alive(self.shared.clone());
+        scope.require_launcher(self.id, "ArgTable::record_refresh")?;
+        Ok(node)
+    }
+
+    /// Launches `exec`, which must begin with this table's refresh, with the bindings made so
+    /// far: copies them into the next mirror (after waiting for its previous launch's
+    /// acknowledgement if every mirror is in flight) and launches. No driver call but the launch.
+    pub fn launch(&mut self, exec: &GraphExec, stream: &Stream) -> Result<()> {
+        if exec.launch_key() != Some(self.id) {
+            return Err(Error::invalid(
+                "ArgTable::launch",
+                "the exec does not refresh this table (record_refresh in its capture)",
+            ));
+        }
+        self.stage(stream, "ArgTable::launch")?;
+        exec.launch_unchecked(stream)?;
+        self.launched();
+        Ok(())
+    }
+
+    /// Refreshes the device table on `stream` with the bindings made so far, for kernels
+    /// launched eagerly after it (the first of which must not be launched programmatically: it
+    /// reads what the refresh writes).
+    pub fn refresh(&mut self, stream: &Stream) -> Result<()> {
+        self.sealed = true;
+        self.stage(stream, "ArgTable::refresh")?;
+        let args = self.refresh_args();
+        // SAFETY: as in record_refresh; the table lives while a launch may use it (drop parks it).
+        unsafe { stream.launch(&self.shared.refresh, &LaunchConfig::new(1u32, 256u32), args)? };
+        self.launched();
+        Ok(())
+    }
+
+    /// Checks the launch and writes the bindings into the next mirror.
+    fn stage(&mut self, stream: &Stream, call: &'static str) -> Result<()> {
+        if stream.context().as_raw() != self.ctx.as_raw() {
+            return Err(Error::invalid(
+                call,
+                "the stream belongs to another context than the table",
+            ));
+        }
+        match &self.stream {
+            Some(s) if s.raw() != stream.as_raw() => return Err(Error::invalid(
+                call,
+                "all launches through a table go to one stream (its refreshes are ordered by it)",
+            )),
+            Some(_) => {}
+            None => self.stream = Some(stream.shared()),
+        }
+        if self.unbound > 0 {
+            let first = self.keeps.iter().position(|k| !k.bound).unwrap_or(0);
+            return Err(Error::invalid(call, format!("slot {first} is not bound")));
+        }
+        let s = self.next_seq;
+        let mirror = (s % self.depth as u64) as usize;
+        if s >= self.depth as u64 {
+            let ack = self.wait_ack(mirror, s - self.depth as u64 + 1, stream)?;
+            self.done = self.done.max(ack);
+        }
+        // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
+        // slots are fixed once a refresh exists).
+        let n = self.words.len();
+        let base = mirror * n;
+        debug_assert!(base + n <= self.shared.mirrors.len());
+        // SAFETY: words `base..base + n` are inside the mirrors (capacity × depth words, n ≤
+        // capacity), and the device does not read this mirror now: its previous launch has
+        // acknowledged reading it (above), and the next reads it only after the launch below.
+        // One bulk copy: mapped memory may be uncached, where word-by-word stores are slow.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.words.as_ptr(),
+                self.shared.mirrors.as_ptr().add(base),
+                n,
+            )
+        };
+        // The mirror's words reach memory before the launch that reads them.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Spins until acknowledgement word `mirror` reaches `at_least`, checking the stream for
+    /// errors meanwhile; returns the word.
+    fn wait_ack(&mut self, mirror: usize, at_least: u64, stream: &Stream) -> Result<u64> {
+        let ack = |t: &Self| t.shared.acks.read(mirror).unwrap_or(0);
+        let first = ack(self);
+        if first >= at_least {
+            return Ok(first);
+        }
+        self.stats.waits += 1;
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let v = ack(self);
+            if v >= at_least {
+                return Ok(v);
+            }
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                // A failed launch never acknowledges: surface its error instead of spinning.
+                if stream.is_idle()? && ack(self) < at_least {
+                    return Err(Error::invalid(
+                        "ArgTable::launch",
+                        "the stream is idle but the launch that reads this mirror never acknowledged it: was a graph that refreshes the table launched another way?",
+                    ));
+                }
+                if start.elapsed() > std::time::Duration::from_secs(60) {
+                    return Err(Error::invalid(
+                        "ArgTable::launch",
+                        "no acknowledgement from the device for 60 s",
+                    ));
+                }
+                std::thread::yield_now();
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// After a launch: counts it and releases the bindings replaced before launches whose
+    /// refresh has run (known from the acknowledgement read before reusing a mirror: no extra
+    /// read of device-written memory on the launch path).
+    fn launched(&mut self) {
+        self.next_seq += 1;
+        self.stats.launches += 1;
+        self.release_finished();
+    }
+
+    fn release_finished(&mut self) {
+        // Replaced at launch count `seq` (read by launches below `seq` only): free once the
+        // refresh of launch `seq` has run, i.e. `done > seq`. `replaced` is in `seq` order.
+        let free = self.replaced.partition_point(|(seq, _)| *seq < self.done);
+        if free == 0 {
+            return;
+        }
+        // Dropping the last reference frees device memory (a driver call): hand those to the
+        // release thread, off the launch path; others only lose a count here.
+        if self.replaced[..free]
+            .iter()
+            .any(|(_, r)| Arc::strong_count(r) == 1)
+        {
+            let batch: Vec<(u64, Resource)> = self.replaced.drain(..free).collect();
+            self.ctx.inner.released.release_later(Box::new(batch));
+        } else {
+            self.replaced.drain(..free);
+        }
+    }
+
+    /// Lets go of every slot's previous binding (kept so that rebinding a slot back to it costs
+    /// no reference counting): each is released once the launches that may read it have
+    /// finished. A slot keeps its current binding and the one before it alive; call this when
+    /// buffers bound earlier should be freed while the table lives.
+    pub fn trim(&mut self) {
+        for k in &mut self.keeps {
+            if let Some(evicted) = k.drop_previous() {
+                self.replaced.push(evicted);
+            }
+        }
+        // Launch counts of previous bindings are not in order with `replaced`'s.
+        self.replaced.sort_by_key(|(seq, _)| *seq);
+        self.release_finished();
+    }
+}
+
+impl Drop for ArgTable {
+    /// Never blocks: what launches may still read (the bindings, the table's memory) is parked
+    /// on the context behind an event after the table's last launch.
+    fn drop(&mut self) {
+        let Some(stream) = self.stream.take() else {
+            return;
+        };
+        let parked: Vec<Parked> = vec![
+            Box::new(std::mem::take(&mut self.keeps)),
+            Box::new(std::mem::take(&mut self.replaced)),
+            Box::new(self.shared.clone()),
+        ];
+        let inner = &self.ctx.inner;
+        let r = match inner.bind() {
+            Ok(()) => inner.released.park(&stream, parked),
+            Err(e) => {
+                std::mem::forget(parked);
+                Err(e)
+            }
+        };
+        inner.record(r);
+    }
+}
