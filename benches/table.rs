@@ -126,7 +126,7 @@ fn gpu_time(stream: &Stream, mut body: impl FnMut()) -> f64 {
     let ctx = stream.context();
     let start = Event::new(ctx, EventFlags::Timing).expect("event");
     let end = Event::new(ctx, EventFlags::Timing).expect("event");
-    let times = (0..50)
+    let times = (0..200)
         .map(|_| {
             start.record(stream).expect("record");
             body();
@@ -141,7 +141,7 @@ fn gpu_time(stream: &Stream, mut body: impl FnMut()) -> f64 {
 struct Row {
     n: usize,
     wall: Vec<(&'static str, f64)>,
-    gpu: [f64; 4],
+    gpu: [f64; 5],
 }
 
 fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
@@ -163,6 +163,8 @@ fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
         let mut t_plain = table_chain(stream, &table, false, n);
         let mut t_pdl = table_chain(stream, &table_pdl, true, n);
         let mut t_still = table_chain(stream, &table_pdl, true, n);
+        let mut t_same = table_chain(stream, &table_pdl, true, n);
+        t_same.bind_all(&sets[0]);
         t_plain.bind_all(&sets[0]);
         t_pdl.bind_all(&sets[0]);
         t_still.bind_all(&sets[0]);
@@ -210,6 +212,15 @@ fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
             (
                 "table+PDL, no bind",
                 Box::new(|| timed(stream, || t_still.launch(stream))),
+            ),
+            (
+                "table+PDL, rebound to the same buffers",
+                Box::new(|| {
+                    timed(stream, || {
+                        t_same.bind_all(&sets[0]);
+                        t_same.launch(stream)
+                    })
+                }),
             ),
             (
                 "per-node update",
@@ -263,6 +274,7 @@ fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
                     t_pdl.launch(stream)
                 })
             },
+            gpu_time(stream, || t_still.launch(stream)),
         ];
         if n == 200 {
             let mut group = c.benchmark_group("table_chain_200");
@@ -508,7 +520,7 @@ fn main() {
             get("table, every pointer rebound") / st
         );
         println!(
-            "table: N={:<5} GPU µs per replay: static {:.1} · static PDL {:.1} ({:.3}×) · table rebound {:.1} ({:.3}×) · table+PDL rebound {:.1} ({:.3}×)",
+            "table: N={:<5} GPU µs per replay: static {:.1} · static PDL {:.1} ({:.3}×) · table rebound {:.1} ({:.3}×) · table+PDL rebound {:.1} ({:.3}×) · table+PDL no bind {:.1} (rebound / no bind {:.3}×)",
             r.n,
             r.gpu[0],
             r.gpu[1],
@@ -516,7 +528,9 @@ fn main() {
             r.gpu[2],
             r.gpu[2] / r.gpu[0],
             r.gpu[3],
-            r.gpu[3] / r.gpu[0]
+            r.gpu[3] / r.gpu[0],
+            r.gpu[4],
+            r.gpu[3] / r.gpu[4]
         );
     }
     println!("\ntable: host µs of binding K slots + launch (no sync in the timed part), median of interleaved rounds");

@@ -1,23 +1,31 @@
 //! Slot handles: what a table-form kernel takes where the plain form takes a buffer or a value.
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use cuda_sys::CUdeviceptr;
 
+use super::table::Shared;
 use crate::launch::{ArgSlot, KernelArg};
 use crate::resource::Resource;
+
+/// The device address of slot `index` of the table in `shared`.
+#[inline]
+fn slot_addr(shared: &Shared, index: u32) -> CUdeviceptr {
+    shared.table.as_raw() + 8 * index as CUdeviceptr
+}
 
 /// A pointer slot of an [`ArgTable`](super::ArgTable) holding the address of `T` elements.
 ///
 /// As a kernel argument it passes the slot's device address (a `T* const*` in the kernel), and
 /// keeps the table's device memory alive in graphs.
 pub struct PtrSlot<T> {
+    // What binding reads first, in 32 bytes.
     pub(crate) table: u64,
-    pub(crate) index: usize,
-    pub(crate) addr: CUdeviceptr,
-    pub(crate) align: usize,
+    pub(crate) index: u32,
+    pub(crate) align: u32,
     pub(crate) min_len: usize,
-    pub(crate) keep: Resource,
+    pub(crate) keep: Arc<Shared>,
     pub(crate) _t: PhantomData<fn() -> T>,
 }
 
@@ -27,9 +35,8 @@ pub struct PtrSlot<T> {
 /// As a kernel argument it passes the slot's device address (a `const T*` in the kernel).
 pub struct ScalarSlot<T> {
     pub(crate) table: u64,
-    pub(crate) index: usize,
-    pub(crate) addr: CUdeviceptr,
-    pub(crate) keep: Resource,
+    pub(crate) index: u32,
+    pub(crate) keep: Arc<Shared>,
     pub(crate) _t: PhantomData<fn() -> T>,
 }
 
@@ -74,24 +81,24 @@ impl<T> std::fmt::Debug for ScalarSlot<T> {
 impl<T> PtrSlot<T> {
     /// The slot's index in its table.
     pub fn index(&self) -> usize {
-        self.index
+        self.index as usize
     }
 
     /// The slot's device address (what a kernel receives).
     pub fn device_addr(&self) -> CUdeviceptr {
-        self.addr
+        slot_addr(&self.keep, self.index)
     }
 }
 
 impl<T> ScalarSlot<T> {
     /// The slot's index in its table.
     pub fn index(&self) -> usize {
-        self.index
+        self.index as usize
     }
 
     /// The slot's device address (what a kernel receives).
     pub fn device_addr(&self) -> CUdeviceptr {
-        self.addr
+        slot_addr(&self.keep, self.index)
     }
 }
 
@@ -100,7 +107,7 @@ unsafe impl<T> KernelArg for PtrSlot<T> {
     type Param = CUdeviceptr;
     #[inline]
     fn to_param(&self) -> CUdeviceptr {
-        self.addr
+        slot_addr(&self.keep, self.index)
     }
     fn retain(&self, keep: &mut dyn FnMut(Resource)) {
         keep(self.keep.clone())
@@ -108,7 +115,7 @@ unsafe impl<T> KernelArg for PtrSlot<T> {
     fn slot(&self) -> ArgSlot {
         ArgSlot::Pointer {
             table: self.table,
-            align: self.align,
+            align: self.align as usize,
         }
     }
 }
@@ -118,7 +125,7 @@ unsafe impl<T> KernelArg for ScalarSlot<T> {
     type Param = CUdeviceptr;
     #[inline]
     fn to_param(&self) -> CUdeviceptr {
-        self.addr
+        slot_addr(&self.keep, self.index)
     }
     fn retain(&self, keep: &mut dyn FnMut(Resource)) {
         keep(self.keep.clone())

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cuda_sys::CUdeviceptr;
 
-use super::keep::Keep;
+use super::keep::{Keeps, NOTHING};
 use super::slot::{PtrSlot, ScalarSlot};
 use crate::driver::{
     Allocation, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer, Module, Parked,
@@ -63,8 +63,8 @@ pub struct TableStats {
 
 /// What the table's slots and graphs share: the device table, the mirrors, the counters. Graphs
 /// that read the table keep it alive.
-struct Shared {
-    table: DeviceBuffer<u64>,
+pub(crate) struct Shared {
+    pub(crate) table: DeviceBuffer<u64>,
     seq: DeviceBuffer<u64>,
     mirrors: MappedHostBuffer<u64>,
     acks: MappedHostBuffer<u64>,
@@ -80,14 +80,67 @@ fn key_of(alloc: &Arc<Allocation>) -> usize {
 /// Identifies tables for slots and graphs; never reused.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
-/// A device-resident argument table (see the module docs of `table`).
+/// A device-resident argument table: kernels in table form read their pointers and scalars from
+/// its slots, so a graph captured once is rebound to new buffers and values by host writes.
 ///
-/// Kernels in table form take slot addresses ([`PtrSlot`], [`ScalarSlot`]) where the plain form
-/// takes buffers and values; a graph that reads the table begins with
-/// [`ArgTable::record_refresh`] and is launched with [`ArgTable::launch`], which writes the
-/// bindings made since the last launch for that launch alone. All launches through one table go
-/// to one stream (the first one's): a launch on another stream is an error, since the ordering
-/// of refreshes is what keeps each launch's bindings its own.
+/// Kernels in table form ([`TableKernel`](crate::TableKernel), made by the PTX pass) take slot
+/// addresses ([`PtrSlot`], [`ScalarSlot`]) where the plain form takes buffers and values. A
+/// graph that reads the table begins with [`ArgTable::record_refresh`] and is launched with
+/// [`ArgTable::launch`]; eager launches follow [`ArgTable::refresh`].
+///
+/// * **Binding** ([`bind`](ArgTable::bind), [`bind_view`](ArgTable::bind_view),
+///   [`set_scalar`](ArgTable::set_scalar), the unsafe [`bind_raw`](ArgTable::bind_raw)) is a
+///   host write and bookkeeping, no driver call. It checks the slot's table, the element type
+///   (the slot's `T`), the context, the alignment and the minimum length the slot declares; an
+///   error changes nothing. Each launch reads the bindings made before it, whatever launches
+///   are still in flight.
+/// * **Refresh**: a launch copies the bindings into the next of `depth` mirrors in mapped host
+///   memory; the graph's first node, the shipped `table_refresh` kernel, copies that mirror
+///   into the device table and acknowledges it by writing the launch's number into mapped host
+///   memory; the next kernel waits for it fully (no programmatic edge). A mirror is rewritten
+///   only after the device acknowledged reading it. When all `depth` mirrors are in flight, the
+///   launch spins on the oldest acknowledgement (yielding the thread every 1,024 polls), counted
+///   in [`TableStats::waits`]; it gives up with an error if the stream goes idle without the
+///   acknowledgement (a graph that refreshes the table was launched another way, or a launch
+///   failed) or after 60 s.
+/// * **Retention**: a buffer bound to a slot stays alive until every launch that may read it has
+///   finished, whatever the caller drops. A slot keeps its current binding and the one before
+///   it (so double-buffered rebinding costs no reference counting); older ones are released
+///   once the launches made before they were replaced have finished (known from the
+///   acknowledgements, no event). [`ArgTable::trim`] lets go of the previous ones.
+/// * **Streams**: every launch and refresh through one table goes to one stream, the first one
+///   used; another stream is an [`Error::InvalidArgument`], since the stream's order is what
+///   keeps each launch's bindings its own. Use one table per stream. Execs and eager launches
+///   may share a table on that stream.
+///
+/// ```no_run
+/// # use graph_rt_core::*;
+/// # fn main() -> Result<()> {
+/// let ctx = Context::new(0)?;
+/// let stream = Stream::new(&ctx)?;
+/// let chain = graph_rt_kernels::CHAIN.ptx; // graph_rt::kernels::CHAIN in the `graph-rt` crate
+/// let add1 = TableKernel::load(&ctx, chain, "add1", &ptx::Options::default())?;
+/// let mut table = ArgTable::new(&ctx, TableOptions::default())?;
+/// let (x, y) = (table.ptr_slot::<f32>()?, table.ptr_slot::<f32>()?);
+/// let exec = stream
+///     .capture(CaptureMode::Global, |s| {
+///         table.record_refresh(s)?;
+///         // SAFETY: add1 reads 1024 floats through x and writes 1024 through y.
+///         unsafe { add1.record(s, &LaunchConfig::for_elements(1024, 256), (&x, &y, 1024i32))? };
+///         Ok(())
+///     })?
+///     .instantiate()?;
+/// for step in 0..10 {
+///     let input = DeviceBuffer::from_host(&ctx, &vec![step as f32; 1024])?;
+///     let output = DeviceBuffer::<f32>::alloc(&ctx, 1024)?;
+///     table.bind(&x, &input)?;
+///     table.bind(&y, &output)?;
+///     table.launch(&exec, &stream)?; // no copy, no driver call but the launch
+/// }
+/// stream.synchronize()?;
+/// # Ok(())
+/// # }
+/// ```
 pub struct ArgTable {
     id: u64,
     ctx: Context,
@@ -97,7 +150,7 @@ pub struct ArgTable {
     // The bindings, as the next launch will see them, what they keep alive, and which slots
     // were ever set.
     words: Vec<u64>,
-    keeps: Vec<Keep>,
+    keeps: Keeps<Arc<Allocation>>,
     unbound: usize,
     // Bindings replaced before launch `seq`: released once that launch's refresh has run.
     replaced: Vec<(u64, Resource)>,
@@ -151,7 +204,7 @@ impl ArgTable {
             capacity: options.capacity,
             depth: options.depth,
             words: Vec::new(),
-            keeps: Vec::new(),
+            keeps: Keeps::default(),
             unbound: 0,
             replaced: Vec::new(),
             done: 0,
@@ -162,7 +215,7 @@ impl ArgTable {
         })
     }
 
-    fn add_slot(&mut self) -> Result<(usize, CUdeviceptr)> {
+    fn add_slot(&mut self) -> Result<u32> {
         const CALL: &str = "ArgTable::slot";
         if self.sealed {
             return Err(Error::invalid(
@@ -178,9 +231,10 @@ impl ArgTable {
         }
         let index = self.words.len();
         self.words.push(0);
-        self.keeps.push(Keep::default());
+        self.keeps.push();
         self.unbound += 1;
-        Ok((index, self.shared.table.as_raw() + 8 * index as CUdeviceptr))
+        // capacity ≤ u32::MAX (checked in `new`).
+        Ok(index as u32)
     }
 
     /// A new pointer slot for `T` elements, bound to addresses aligned to 16 bytes (what
@@ -192,7 +246,7 @@ impl ArgTable {
     /// A new pointer slot for `T` elements, bound to addresses aligned to `align` bytes (a power
     /// of two, at least `T`'s alignment) and buffers of at least `min_len` elements.
     pub fn ptr_slot_with<T: Pod>(&mut self, align: usize, min_len: usize) -> Result<PtrSlot<T>> {
-        if !align.is_power_of_two() || align < std::mem::align_of::<T>() {
+        if !align.is_power_of_two() || align < std::mem::align_of::<T>() || align > 1 << 31 {
             return Err(Error::invalid(
                 "ArgTable::ptr_slot",
                 format!(
@@ -200,12 +254,11 @@ impl ArgTable {
                 ),
             ));
         }
-        let (index, addr) = self.add_slot()?;
+        let index = self.add_slot()?;
         Ok(PtrSlot {
             table: self.id,
             index,
-            addr,
-            align,
+            align: align as u32,
             min_len,
             keep: self.shared.clone(),
             _t: PhantomData,
@@ -223,22 +276,21 @@ impl ArgTable {
                 ),
             ));
         }
-        let (index, addr) = self.add_slot()?;
+        let index = self.add_slot()?;
         Ok(ScalarSlot {
             table: self.id,
             index,
-            addr,
             keep: self.shared.clone(),
             _t: PhantomData,
         })
     }
 
     #[inline]
-    fn own(&self, table: u64, index: usize, call: &'static str) -> Result<()> {
+    fn own(&self, table: u64, index: u32, call: &'static str) -> Result<()> {
         if table != self.id {
             return Err(Error::invalid(call, "the slot belongs to another table"));
         }
-        if index >= self.words.len() {
+        if index as usize >= self.words.len() {
             return Err(Error::invalid(
                 call,
                 format!("slot {index} is out of range"),
@@ -248,20 +300,16 @@ impl ArgTable {
     }
 
     /// Writes `word` into slot `index` for the next launch, keeping the allocation `keep` (whose
-    /// identity is `key`, 0 for none) alive while a launch may read it.
+    /// identity is `key`, [`NOTHING`] for none) alive while a launch may read it.
     #[inline]
     fn set(&mut self, index: usize, word: u64, key: usize, keep: Option<&Arc<Allocation>>) {
         self.words[index] = word;
-        let k = &mut self.keeps[index];
-        if !k.bound {
-            k.bound = true;
+        if !self.keeps.is_bound(index) {
             self.unbound -= 1;
         }
-        let make = || keep.map(|a| a.clone() as Resource);
-        if let Some((until, r)) = k.hold(key, make, self.next_seq) {
-            // `replaced` stays in launch-count order: an earlier-pushed binding with a later
-            // count makes this one wait for that count too (later, never sooner).
-            let until = self.replaced.last().map_or(until, |l| l.0.max(until));
+        if let Some((until, r)) = self.keeps.hold(index, key, || keep.cloned(), self.next_seq) {
+            let r: Resource = r;
+            // Evicted at the launch count now: `replaced` is in launch-count order.
             self.replaced.push((until, r));
         }
         self.stats.binds += 1;
@@ -277,7 +325,7 @@ impl ArgTable {
         alloc: &Allocation,
         call: &'static str,
     ) -> Result<()> {
-        if self.keeps[index].holds(key) || alloc.in_context(&self.ctx) {
+        if self.keeps.holds(index, key) || alloc.in_context(&self.ctx) {
             Ok(())
         } else {
             Err(Error::invalid(
@@ -321,8 +369,8 @@ impl ArgTable {
         self.check_ptr(slot, buffer.as_raw(), buffer.len())?;
         let alloc = buffer.allocation();
         let key = key_of(alloc);
-        self.check_context(slot.index, key, alloc, "ArgTable::bind")?;
-        self.set(slot.index, buffer.as_raw(), key, Some(alloc));
+        self.check_context(slot.index as usize, key, alloc, "ArgTable::bind")?;
+        self.set(slot.index as usize, buffer.as_raw(), key, Some(alloc));
         Ok(())
     }
 
@@ -331,8 +379,8 @@ impl ArgTable {
         self.check_ptr(slot, view.as_raw(), view.len())?;
         let alloc = view.allocation();
         let key = key_of(alloc);
-        self.check_context(slot.index, key, alloc, "ArgTable::bind_view")?;
-        self.set(slot.index, view.as_raw(), key, Some(alloc));
+        self.check_context(slot.index as usize, key, alloc, "ArgTable::bind_view")?;
+        self.set(slot.index as usize, view.as_raw(), key, Some(alloc));
         Ok(())
     }
 
@@ -343,7 +391,7 @@ impl ArgTable {
     /// valid for every launch until the slot is bound again and that launch has finished.
     pub unsafe fn bind_raw<T: Pod>(&mut self, slot: &PtrSlot<T>, addr: CUdeviceptr) -> Result<()> {
         self.check_ptr(slot, addr, usize::MAX)?;
-        self.set(slot.index, addr, 0, None);
+        self.set(slot.index as usize, addr, NOTHING, None);
         Ok(())
     }
 
@@ -352,7 +400,7 @@ impl ArgTable {
         self.own(slot.table, slot.index, "ArgTable::set_scalar")?;
         let mut word = [0u8; 8];
         word[..std::mem::size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&value));
-        self.set(slot.index, u64::from_le_bytes(word), 0, None);
+        self.set(slot.index as usize, u64::from_le_bytes(word), NOTHING, None);
         Ok(())
     }
 
@@ -446,7 +494,7 @@ impl ArgTable {
             None => self.stream = Some(stream.shared()),
         }
         if self.unbound > 0 {
-            let first = self.keeps.iter().position(|k| !k.bound).unwrap_or(0);
+            let first = self.keeps.first_unbound().unwrap_or(0);
             return Err(Error::invalid(call, format!("slot {first} is not bound")));
         }
         let s = self.next_seq;
@@ -547,13 +595,11 @@ impl ArgTable {
     /// finished. A slot keeps its current binding and the one before it alive; call this when
     /// buffers bound earlier should be freed while the table lives.
     pub fn trim(&mut self) {
-        for k in &mut self.keeps {
-            if let Some(evicted) = k.drop_previous() {
-                self.replaced.push(evicted);
+        for i in 0..self.keeps.len() {
+            if let Some((until, r)) = self.keeps.drop_previous(i, self.next_seq) {
+                self.replaced.push((until, r));
             }
         }
-        // Launch counts of previous bindings are not in order with `replaced`'s.
-        self.replaced.sort_by_key(|(seq, _)| *seq);
         self.release_finished();
     }
 }

@@ -107,10 +107,13 @@ fn table_pdl_chain_rebound_before_every_replay_stays_right() {
 #[ignore = "needs a CUDA GPU of compute capability 9.0+"]
 fn table_ring_of_two_mirrors_waits_and_stays_right() {
     let waits = rebind_every_replay(2, true, false);
-    assert!(
-        waits > 0,
-        "100 launches in flight on a ring of 2 never waited"
-    );
+    // Under compute-sanitizer launches are nearly synchronous: nothing is in flight to wait for.
+    if std::env::var_os("GRAPH_RT_SANITIZER").is_none() {
+        assert!(
+            waits > 0,
+            "100 launches in flight on a ring of 2 never waited"
+        );
+    }
 }
 
 #[test]
