@@ -37,6 +37,7 @@ mod graph;
 mod launch;
 mod resource;
 mod table;
+mod triton;
 
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
@@ -51,6 +52,10 @@ pub use graph::{
 pub use launch::{ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
 pub use resource::Resource;
 pub use table::{ArgTable, PtrSlot, ScalarSlot, TableKernel, TableOptions, TableParam, TableStats};
+pub use triton::{
+    ttir_args, TritonArg, TritonFiles, TritonForm, TritonKernel, TritonMetadata, TritonParam,
+    TtirArg,
+};
 
 /// The raw driver bindings this crate is built on.
 pub use cuda_sys as sys;

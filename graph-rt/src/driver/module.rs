@@ -292,6 +292,15 @@ impl Function {
         self.attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
     }
 
+    /// Sets one function attribute (`cuFuncSetAttribute`), such as
+    /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
+    pub fn set_attribute(&self, attribute: FnAttr, value: i32) -> Result<()> {
+        // SAFETY: valid function; the driver validates the attribute and value.
+        check("cuFuncSetAttribute", unsafe {
+            cuda_sys::cuFuncSetAttribute(self.inner.raw, attribute, value)
+        })
+    }
+
     /// Allows launches with up to `bytes` of dynamic shared memory (above 48 KiB needs this).
     pub fn set_max_dynamic_shared_bytes(&self, bytes: i32) -> Result<()> {
         // SAFETY: valid function; the driver validates the value.

@@ -97,6 +97,8 @@ pub enum ArgSlot {
         table: u64,
         /// The scalar's size in bytes.
         size: usize,
+        /// Every value the slot is set to is a multiple of this (a power of two; 1 for any).
+        multiple_of: u64,
     },
 }
 

@@ -33,6 +33,12 @@ impl From<(u32, u32)> for Dim3 {
         Self { x, y, z: 1 }
     }
 }
+impl From<[u32; 3]> for Dim3 {
+    fn from([x, y, z]: [u32; 3]) -> Self {
+        Self { x, y, z }
+    }
+}
+
 impl From<(u32, u32, u32)> for Dim3 {
     fn from((x, y, z): (u32, u32, u32)) -> Self {
         Self { x, y, z }

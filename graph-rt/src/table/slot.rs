@@ -36,6 +36,8 @@ pub struct PtrSlot<T> {
 pub struct ScalarSlot<T> {
     pub(crate) table: u64,
     pub(crate) index: u32,
+    // Values must be multiples of this (a power of two; 1 for any), as integers.
+    pub(crate) multiple_of: u32,
     pub(crate) keep: Arc<Shared>,
     pub(crate) _t: PhantomData<fn() -> T>,
 }
@@ -134,6 +136,7 @@ unsafe impl<T> KernelArg for ScalarSlot<T> {
         ArgSlot::Scalar {
             table: self.table,
             size: std::mem::size_of::<T>(),
+            multiple_of: self.multiple_of as u64,
         }
     }
 }

@@ -267,6 +267,19 @@ impl ArgTable {
 
     /// A new scalar slot for a `T` of at most 8 bytes.
     pub fn scalar_slot<T: Pod>(&mut self) -> Result<ScalarSlot<T>> {
+        self.scalar_slot_with(1)
+    }
+
+    /// A new scalar slot for an integer `T` of at most 8 bytes whose every value is a multiple
+    /// of `multiple_of` (a power of two): [`ArgTable::set_scalar`] refuses other values. For
+    /// kernels compiled on that assumption (Triton specializes integers divisible by 16).
+    pub fn scalar_slot_with<T: Pod>(&mut self, multiple_of: u32) -> Result<ScalarSlot<T>> {
+        if !multiple_of.is_power_of_two() {
+            return Err(Error::invalid(
+                "ArgTable::scalar_slot",
+                format!("{multiple_of} is not a power of two"),
+            ));
+        }
         if std::mem::size_of::<T>() > 8 {
             return Err(Error::invalid(
                 "ArgTable::scalar_slot",
@@ -280,6 +293,7 @@ impl ArgTable {
         Ok(ScalarSlot {
             table: self.id,
             index,
+            multiple_of,
             keep: self.shared.clone(),
             _t: PhantomData,
         })
@@ -400,6 +414,16 @@ impl ArgTable {
         self.own(slot.table, slot.index, "ArgTable::set_scalar")?;
         let mut word = [0u8; 8];
         word[..std::mem::size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&value));
+        // As an integer of T's width: a power-of-two multiple whatever the signedness.
+        if u64::from_le_bytes(word) & (slot.multiple_of as u64 - 1) != 0 {
+            return Err(Error::invalid(
+                "ArgTable::set_scalar",
+                format!(
+                    "the slot takes multiples of {} (the kernel was compiled for them)",
+                    slot.multiple_of
+                ),
+            ));
+        }
         self.set(slot.index as usize, u64::from_le_bytes(word), NOTHING, None);
         Ok(())
     }

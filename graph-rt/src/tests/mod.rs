@@ -15,6 +15,7 @@ mod retention;
 mod runtime;
 mod table;
 mod table_forms;
+mod triton;
 mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

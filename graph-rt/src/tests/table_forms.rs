@@ -96,16 +96,18 @@ fn slots(table: &mut ArgTable) -> Slots {
 /// # Safety
 /// The slots must be bound to N-float buffers (t distinct from x and y), n set to N.
 unsafe fn launch_forms(stream: &Stream, forms: &Forms, s: &Slots, pdl: bool) {
-    let c = config(pdl);
+    // The first kernel after an eager refresh waits for it fully (it reads the table before
+    // `griddepcontrol.wait`); the next may overlap it.
+    let (first, next) = (config(false), config(pdl));
     // SAFETY: forwarded.
     unsafe {
         forms
             .add1
-            .launch(stream, &c, (&s.x, &s.t, N as i32))
+            .launch(stream, &first, (&s.x, &s.t, N as i32))
             .unwrap();
         forms
             .axpy
-            .launch(stream, &c, (&s.alpha, &s.t, &s.y, &s.n))
+            .launch(stream, &next, (&s.alpha, &s.t, &s.y, &s.n))
             .unwrap();
     }
 }

@@ -1,0 +1,610 @@
+//! A Triton kernel loaded from what Triton writes to its cache, launched as Triton's own launcher
+//! launches it, in its original form or in table form (made by the PTX pass).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cuda_sys::{CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID};
+use parking_lot::Mutex;
+
+use super::arg::{ArgKind, TritonArg};
+use super::meta::{ttir_args, TritonMetadata};
+use crate::driver::{Context, DeviceBuffer, Function, Module, Stream};
+use crate::error::{Error, Result};
+use crate::graph::{CaptureScope, CapturedNode};
+use crate::launch::{ArgSlot, KernelArgList, LaunchConfig};
+
+/// The files of one kernel in Triton's cache (`<cache>/<hash>/<kernel>.{json,ptx,cubin,ttir}`).
+#[derive(Debug, Clone, Default)]
+pub struct TritonFiles {
+    /// The metadata JSON.
+    pub metadata: String,
+    /// The PTX (needed for table forms, and where no cubin loads).
+    pub ptx: Option<String>,
+    /// The cubin Triton built.
+    pub cubin: Option<Vec<u8>>,
+    /// The TTIR: argument names and the specialization Triton compiled for.
+    pub ttir: Option<String>,
+}
+
+impl TritonFiles {
+    /// Reads `<dir>/<kernel>.json` and whichever of `.ptx`, `.cubin`, `.ttir` exist.
+    pub fn read(dir: &Path, kernel: &str) -> Result<Self> {
+        const CALL: &str = "TritonFiles::read";
+        let path = |ext: &str| dir.join(format!("{kernel}.{ext}"));
+        let io = |p: &Path, e: std::io::Error| {
+            Error::invalid(CALL, format!("cannot read {}: {e}", p.display()))
+        };
+        let optional = |ext: &str| -> Result<Option<Vec<u8>>> {
+            let p = path(ext);
+            match std::fs::read(&p) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io(&p, e)),
+            }
+        };
+        let text = |b: Option<Vec<u8>>, ext: &str| -> Result<Option<String>> {
+            b.map(|b| {
+                String::from_utf8(b)
+                    .map_err(|_| Error::invalid(CALL, format!("{kernel}.{ext} is not UTF-8")))
+            })
+            .transpose()
+        };
+        let json = path("json");
+        Ok(Self {
+            metadata: std::fs::read_to_string(&json).map_err(|e| io(&json, e))?,
+            ptx: text(optional("ptx")?, "ptx")?,
+            cubin: optional("cubin")?,
+            ttir: text(optional("ttir")?, "ttir")?,
+        })
+    }
+}
+
+/// Which form of the kernel to load.
+#[derive(Debug, Clone)]
+pub enum TritonForm {
+    /// As Triton built it (its cubin where it loads on this device, else its PTX).
+    Original,
+    /// Rewritten by the PTX pass with these options: the chosen parameters take table slots
+    /// ([`TritonArg::ptr_slot`], [`TritonArg::scalar_slot`]); with `pdl`, launches are
+    /// programmatic.
+    Table(graph_rt_ptx::Options),
+}
+
+/// What one runtime parameter of a Triton kernel takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TritonParam {
+    /// The argument's name (from the TTIR; the PTX parameter's name without it).
+    pub name: String,
+    /// Whether it is a pointer (else a scalar).
+    pub pointer: bool,
+    /// The value's size in bytes (8 for a pointer).
+    pub size: usize,
+    /// Whether the scalar is a float.
+    pub float: bool,
+    /// Whether the kernel was compiled for it divisible by 16 (a 16-byte-aligned pointer, an
+    /// integer multiple of 16).
+    pub divisible_16: bool,
+    /// Whether the table form takes a slot for it.
+    pub slot: bool,
+}
+
+/// Scratch buffers for one grid size.
+struct Scratch {
+    global: Option<DeviceBuffer<u8>>,
+    profile: Option<DeviceBuffer<u8>>,
+}
+
+/// A Triton kernel: loaded from Triton's cache files, launched as Triton's launcher does
+/// (`32 × num_warps` threads a block; `shared` bytes of dynamic shared memory, opted in above
+/// 48 KiB; `num_ctas` CTAs a program as a cluster; scratch buffers of the metadata's sizes,
+/// made once per grid size; cooperative and programmatic launch as the metadata says), eagerly
+/// or into a capture, with every argument checked against its parameter and the specialization
+/// Triton compiled for.
+///
+/// Scratch buffers are per kernel object and grid size: launches of one `TritonKernel` whose
+/// kernel uses global scratch must not run concurrently on several streams (load one per
+/// stream).
+pub struct TritonKernel {
+    function: Function,
+    meta: TritonMetadata,
+    params: Vec<TritonParam>,
+    pdl: bool,
+    from_cubin: bool,
+    scratch: Mutex<HashMap<u64, Arc<Scratch>>>,
+}
+
+impl std::fmt::Debug for TritonKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TritonKernel")
+            .field("name", &self.meta.name)
+            .field("params", &self.params)
+            .field("pdl", &self.pdl)
+            .field("from_cubin", &self.from_cubin)
+            .finish()
+    }
+}
+
+impl TritonKernel {
+    /// Loads `files` in `form`, taking the specialization from the TTIR (an error without it:
+    /// use [`TritonKernel::load_with`]).
+    pub fn load(ctx: &Context, files: &TritonFiles, form: TritonForm) -> Result<Self> {
+        Self::load_inner(ctx, files, form, None)
+    }
+
+    /// Loads `files` in `form` with the caller's specialization: for each runtime parameter,
+    /// whether Triton compiled it as divisible by 16. Where the TTIR is there too, they must
+    /// agree.
+    pub fn load_with(
+        ctx: &Context,
+        files: &TritonFiles,
+        form: TritonForm,
+        divisible_16: &[bool],
+    ) -> Result<Self> {
+        Self::load_inner(ctx, files, form, Some(divisible_16))
+    }
+
+    fn load_inner(
+        ctx: &Context,
+        files: &TritonFiles,
+        form: TritonForm,
+        given: Option<&[bool]>,
+    ) -> Result<Self> {
+        const CALL: &str = "TritonKernel::load";
+        let meta = TritonMetadata::from_json(&files.metadata)?;
+        let name = meta.name.clone();
+        let ttir = files
+            .ttir
+            .as_deref()
+            .map(|t| ttir_args(t, &name))
+            .transpose()?;
+        // The PTX parameters (types), where there is PTX.
+        let ptx_params = match &files.ptx {
+            Some(ptx) => {
+                let info = graph_rt_ptx::inspect(ptx.as_bytes())
+                    .map_err(|e| Error::invalid(CALL, format!("the PTX does not parse: {e}")))?;
+                let k = info
+                    .kernels
+                    .into_iter()
+                    .find(|k| k.name == name)
+                    .ok_or_else(|| {
+                        Error::invalid(CALL, format!("the PTX has no kernel `{name}`"))
+                    })?;
+                Some(k.params)
+            }
+            None => None,
+        };
+        let (function, from_cubin, slots, pdl) = match &form {
+            TritonForm::Original => {
+                let (f, cubin) = load_original(ctx, files, &name)?;
+                (f, cubin, Vec::new(), false)
+            }
+            TritonForm::Table(options) => {
+                let ptx = files.ptx.as_deref().ok_or_else(|| {
+                    Error::invalid(CALL, "a table form is made from the PTX: none given")
+                })?;
+                let made = graph_rt_ptx::indirect(ptx.as_bytes(), options)
+                    .map_err(|e| Error::invalid(CALL, format!("the PTX pass refused: {e}")))?;
+                let sig = made
+                    .kernels
+                    .iter()
+                    .find(|k| k.name == name)
+                    .ok_or_else(|| {
+                        Error::invalid(CALL, format!("the PTX has no kernel `{name}`"))
+                    })?;
+                let slots: Vec<bool> = sig.params.iter().map(|p| p.slot.is_some()).collect();
+                let f = Module::from_ptx(ctx, &made.ptx)?.function(&name)?;
+                (f, false, slots, options.pdl)
+            }
+        };
+        let layout = function.param_layout()?.to_vec();
+        let scratch = meta.scratch_params;
+        let runtime = layout.len().checked_sub(scratch).ok_or_else(|| {
+            Error::invalid(CALL, "fewer parameters than Triton's scratch pointers")
+        })?;
+        if slots[runtime.min(slots.len())..].iter().any(|&s| s) {
+            return Err(Error::invalid(
+                CALL,
+                "the table form made a scratch pointer a slot: Triton's launcher passes them",
+            ));
+        }
+        if let Some(t) = &ttir {
+            if t.len() != runtime {
+                return Err(Error::invalid(
+                    CALL,
+                    format!(
+                        "the TTIR declares {} arguments, the kernel has {runtime} besides {scratch} scratch pointers",
+                        t.len()
+                    ),
+                ));
+            }
+        }
+        let divisible: Vec<bool> = match (given, &ttir) {
+            (Some(g), _) if g.len() != runtime => {
+                return Err(Error::invalid(
+                    CALL,
+                    format!("{} divisibility flags for {runtime} parameters", g.len()),
+                ))
+            }
+            (Some(g), Some(t)) if t.iter().zip(g).any(|(a, &b)| a.divisible_16 != b) => {
+                return Err(Error::invalid(
+                    CALL,
+                    "the given specialization differs from the TTIR's",
+                ))
+            }
+            (Some(g), _) => g.to_vec(),
+            (None, Some(t)) => t.iter().map(|a| a.divisible_16).collect(),
+            (None, None) => {
+                return Err(Error::invalid(
+                    CALL,
+                    "the specialization is unknown: give the TTIR, or load_with the divisibility Triton compiled for",
+                ))
+            }
+        };
+        let mut params = Vec::with_capacity(runtime);
+        for (i, info) in layout.iter().take(runtime).enumerate() {
+            let (pointer, float) = match (&ptx_params, &ttir) {
+                (Some(p), _) => (p[i].ptr.is_some(), p[i].ty.is_float()),
+                (None, Some(t)) => (
+                    t[i].ty.starts_with("!tt.ptr"),
+                    t[i].ty.starts_with('f') || t[i].ty.starts_with("bf"),
+                ),
+                (None, None) => unreachable!("the specialization needs one of them"),
+            };
+            let name = match (&ttir, &ptx_params) {
+                (Some(t), _) => t[i].name.clone(),
+                (None, Some(p)) => p[i].name.clone(),
+                (None, None) => format!("param_{i}"),
+            };
+            params.push(TritonParam {
+                name,
+                pointer,
+                size: ptx_params.as_ref().map_or(info.size, |p| p[i].size),
+                float,
+                divisible_16: divisible[i],
+                slot: slots.get(i).copied().unwrap_or(false),
+            });
+        }
+        if meta.global_scratch_align > 256 || meta.profile_scratch_align > 256 {
+            return Err(Error::invalid(
+                CALL,
+                "scratch alignment above 256 bytes (device allocations give 256)",
+            ));
+        }
+        opt_in_shared(ctx, &function, meta.shared)?;
+        if meta.ctas().iter().product::<u32>() > 8 {
+            function.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                1,
+            )?;
+        }
+        Ok(Self {
+            function,
+            pdl: pdl || meta.launch_pdl,
+            meta,
+            params,
+            from_cubin,
+            scratch: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The kernel.
+    pub fn function(&self) -> &Function {
+        &self.function
+    }
+
+    /// What Triton recorded about it.
+    pub fn metadata(&self) -> &TritonMetadata {
+        &self.meta
+    }
+
+    /// Its runtime parameters (what a launch passes, in order).
+    pub fn params(&self) -> &[TritonParam] {
+        &self.params
+    }
+
+    /// Whether Triton's cubin was loaded (else the PTX, JIT-compiled by the driver).
+    pub fn from_cubin(&self) -> bool {
+        self.from_cubin
+    }
+
+    /// Whether launches are programmatic (`launch_pdl`, or a PDL table form).
+    pub fn pdl(&self) -> bool {
+        self.pdl
+    }
+
+    /// The launch configuration of a grid of `grid` programs, as Triton's launcher makes it.
+    pub fn config(&self, grid: [u32; 3]) -> Result<LaunchConfig> {
+        let ctas = self.meta.ctas();
+        let mut dims = [0u32; 3];
+        for (d, (g, c)) in dims.iter_mut().zip(grid.iter().zip(ctas)) {
+            *d = g.checked_mul(c).ok_or_else(|| {
+                Error::invalid("TritonKernel::launch", "grid × CTAs per program overflows")
+            })?;
+        }
+        let mut cfg =
+            LaunchConfig::new(dims, [32 * self.meta.num_warps, 1, 1]).shared_mem(self.meta.shared);
+        if ctas.iter().product::<u32>() > 1 {
+            let mut spread = CUlaunchAttribute {
+                id: CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                ..Default::default()
+            };
+            spread.value.clusterSchedulingPolicyPreference =
+                cuda_sys::CUclusterSchedulingPolicy::CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+            cfg = cfg.cluster(ctas).attribute(spread);
+        }
+        if self.meta.launch_cooperative_grid {
+            cfg = cfg.cooperative();
+        }
+        if self.pdl {
+            cfg = cfg.programmatic_stream_serialization();
+        }
+        Ok(cfg)
+    }
+
+    /// Checks `args` against the parameters and builds the argument list (scratch pointers
+    /// appended).
+    fn args(&self, ctx: &Context, grid: [u32; 3], args: &[TritonArg<'_>]) -> Result<KernelArgList> {
+        check_args(&self.params, args)?;
+        let mut list = KernelArgList::new();
+        for a in args {
+            match &a.kind {
+                ArgKind::Pointer { addr, keep } => {
+                    let l = list.push(*addr)?;
+                    match keep {
+                        Some(k) => l.keep_alive(k.clone()),
+                        None => l,
+                    }
+                }
+                ArgKind::Slot { addr, keep, .. } => list.push(*addr)?.keep_alive(keep.clone()),
+                ArgKind::Value { bits, size, .. } => match size {
+                    1 => list.push(*bits as u8)?,
+                    2 => list.push(*bits as u16)?,
+                    4 => list.push(*bits as u32)?,
+                    _ => list.push(*bits)?,
+                },
+            };
+        }
+        if self.meta.scratch_params > 0 {
+            let scratch = self.scratch_for(ctx, grid)?;
+            let addr = |b: &Option<DeviceBuffer<u8>>| b.as_ref().map_or(0, |b| b.as_raw());
+            list.push(addr(&scratch.global))?;
+            if self.meta.scratch_params > 1 {
+                list.push(addr(&scratch.profile))?;
+            }
+            list.keep_alive(scratch);
+        }
+        Ok(list)
+    }
+
+    fn scratch_for(&self, ctx: &Context, grid: [u32; 3]) -> Result<Arc<Scratch>> {
+        let programs = grid.iter().map(|&g| g as u64).product::<u64>();
+        let mut map = self.scratch.lock();
+        if let Some(s) = map.get(&programs) {
+            return Ok(s.clone());
+        }
+        let ctas = self.meta.ctas().iter().map(|&c| c as u64).product::<u64>();
+        let alloc = |size: u64| -> Result<Option<DeviceBuffer<u8>>> {
+            if size == 0 {
+                return Ok(None);
+            }
+            let bytes = programs
+                .checked_mul(ctas)
+                .and_then(|n| n.checked_mul(size))
+                .and_then(|n| usize::try_from(n).ok())
+                .ok_or_else(|| Error::invalid("TritonKernel::launch", "scratch size overflows"))?;
+            DeviceBuffer::zeroed(ctx, bytes).map(Some)
+        };
+        let s = Arc::new(Scratch {
+            global: alloc(self.meta.global_scratch_size)?,
+            profile: alloc(self.meta.profile_scratch_size)?,
+        });
+        map.insert(programs, s.clone());
+        Ok(s)
+    }
+
+    /// Launches a grid of `grid` programs on `stream`, as Triton's launcher does; a grid of no
+    /// program launches nothing, as there.
+    ///
+    /// # Safety
+    /// The arguments must be what the kernel expects beyond their kinds and specialization
+    /// (which are checked): buffers as large as it reads and writes, slots bound so by the
+    /// table's refresh.
+    pub unsafe fn launch(
+        &self,
+        stream: &Stream,
+        grid: [u32; 3],
+        args: &[TritonArg<'_>],
+    ) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.launch_as(stream, grid, args, self.pdl) }
+    }
+
+    /// Launches as [`TritonKernel::launch`] does, but never programmatically: for the first
+    /// kernel after an eager [`ArgTable::refresh`](crate::ArgTable::refresh), which reads what
+    /// the refresh writes (a PDL table form loads its slots before `griddepcontrol.wait`). In
+    /// captures [`TritonKernel::record`] does this by itself after `record_refresh`.
+    ///
+    /// # Safety
+    /// As [`TritonKernel::launch`].
+    pub unsafe fn launch_after_refresh(
+        &self,
+        stream: &Stream,
+        grid: [u32; 3],
+        args: &[TritonArg<'_>],
+    ) -> Result<()> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.launch_as(stream, grid, args, false) }
+    }
+
+    unsafe fn launch_as(
+        &self,
+        stream: &Stream,
+        grid: [u32; 3],
+        args: &[TritonArg<'_>],
+        programmatic: bool,
+    ) -> Result<()> {
+        let list = self.args(stream.context(), grid, args)?;
+        if grid.contains(&0) {
+            return Ok(());
+        }
+        let mut cfg = self.config(grid)?;
+        if self.pdl && !programmatic {
+            cfg = cfg.without_programmatic();
+        }
+        // SAFETY: forwarded to the caller; kinds and specialization checked above.
+        unsafe { stream.launch(&self.function, &cfg, &list) }
+    }
+
+    /// Records the launch as the next node of a capture (see [`TritonKernel::launch`]); a grid
+    /// of no program is an error here, since it would record nothing.
+    ///
+    /// # Safety
+    /// As [`TritonKernel::launch`], for every replay.
+    pub unsafe fn record(
+        &self,
+        scope: &CaptureScope<'_>,
+        grid: [u32; 3],
+        args: &[TritonArg<'_>],
+    ) -> Result<CapturedNode> {
+        if grid.contains(&0) {
+            return Err(Error::invalid(
+                "TritonKernel::record",
+                "a grid of no program records no node",
+            ));
+        }
+        let list = self.args(scope.stream().context(), grid, args)?;
+        let cfg = self.config(grid)?;
+        // SAFETY: forwarded to the caller.
+        unsafe { scope.launch(&self.function, &cfg, &list) }
+    }
+}
+
+/// Loads the original form: Triton's cubin where it loads on this device, else its PTX.
+fn load_original(ctx: &Context, files: &TritonFiles, name: &str) -> Result<(Function, bool)> {
+    if let Some(cubin) = &files.cubin {
+        // SAFETY: a cubin from Triton's cache for this kernel; the driver validates the image,
+        // and its kernel is launched only with arguments checked against its parameters.
+        match unsafe { Module::from_cubin(ctx, cubin) } {
+            Ok(m) => return Ok((m.function(name)?, true)),
+            Err(e) if files.ptx.is_none() => return Err(e),
+            // Built for another GPU: the PTX is JIT-compiled below (TritonKernel::from_cubin
+            // says which was loaded).
+            Err(_) => {}
+        }
+    }
+    let ptx = files
+        .ptx
+        .as_deref()
+        .ok_or_else(|| Error::invalid("TritonKernel::load", "neither a cubin nor PTX was given"))?;
+    Ok((Module::from_ptx(ctx, ptx)?.function(name)?, false))
+}
+
+/// Opts the function in to `shared` bytes of dynamic shared memory above the 48 KiB default,
+/// as Triton's loader does (up to the device's opt-in limit less the static shared memory).
+fn opt_in_shared(ctx: &Context, f: &Function, shared: u32) -> Result<()> {
+    if shared <= 48 * 1024 {
+        return Ok(());
+    }
+    let optin = ctx
+        .device()
+        .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
+    let static_bytes = f.static_shared_bytes()?;
+    if shared as i64 > optin as i64 - static_bytes as i64 {
+        return Err(Error::invalid(
+            "TritonKernel::load",
+            format!("{shared} bytes of shared memory; this device allows {optin} a block"),
+        ));
+    }
+    f.set_max_dynamic_shared_bytes(optin - static_bytes)
+}
+
+/// Checks each argument against its parameter: kind, size, float or integer, slot or not, and
+/// the specialization (a 16-divisible pointer 16-byte aligned, or bound only to such addresses;
+/// a 16-divisible integer a multiple of 16, or a slot taking only multiples of 16); every slot
+/// of one table.
+pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Result<()> {
+    const CALL: &str = "TritonKernel::launch";
+    if args.len() != params.len() {
+        return Err(Error::invalid(
+            CALL,
+            format!("{} arguments for {} parameters", args.len(), params.len()),
+        ));
+    }
+    let mut table = None;
+    for (i, (p, a)) in params.iter().zip(args).enumerate() {
+        let fail = |why: String| {
+            Err(Error::invalid(
+                CALL,
+                format!("argument {i} (`{}`): {why}", p.name),
+            ))
+        };
+        match (&a.kind, p.slot) {
+            (ArgKind::Slot { slot, .. }, true) => {
+                let (t, ok) = match *slot {
+                    ArgSlot::Pointer { table, align } if p.pointer => {
+                        if p.divisible_16 && align < 16 {
+                            return fail(format!("the kernel was compiled for 16-byte-aligned pointers; the slot declares {align}-byte alignment"));
+                        }
+                        (table, true)
+                    }
+                    ArgSlot::Scalar {
+                        table,
+                        size,
+                        multiple_of,
+                    } if !p.pointer && size == p.size => {
+                        if p.divisible_16 && !p.float && multiple_of < 16 {
+                            return fail("the kernel was compiled for multiples of 16; the slot takes any value (ArgTable::scalar_slot_with(16))".into());
+                        }
+                        (table, true)
+                    }
+                    _ => (0, false),
+                };
+                if !ok {
+                    return fail(format!("takes a {} slot, given {a:?}", kind_of(p)));
+                }
+                if *table.get_or_insert(t) != t {
+                    return fail("a slot of another table than the slots before it".into());
+                }
+            }
+            (_, true) => return fail(format!("the table form takes a slot here, given {a:?}")),
+            (ArgKind::Slot { .. }, false) => {
+                return fail("a slot where the kernel takes the value itself".into())
+            }
+            (ArgKind::Pointer { addr, .. }, false) if p.pointer => {
+                if p.divisible_16 && addr % 16 != 0 {
+                    return fail(format!(
+                        "{addr:#x} is not 16-byte aligned, as the kernel was compiled for"
+                    ));
+                }
+            }
+            (ArgKind::Value { bits, size, float }, false)
+                if !p.pointer && *size == p.size && *float == p.float =>
+            {
+                if p.divisible_16 && !p.float && bits % 16 != 0 {
+                    return fail(format!(
+                        "the kernel was compiled for a multiple of 16; given {}",
+                        signed(*bits, *size)
+                    ));
+                }
+            }
+            _ => return fail(format!("takes {}, given {a:?}", kind_of(p))),
+        }
+    }
+    Ok(())
+}
+
+fn kind_of(p: &TritonParam) -> String {
+    if p.pointer {
+        "a pointer".into()
+    } else {
+        let t = if p.float { "float" } else { "integer" };
+        format!("a {}-byte {t}", p.size)
+    }
+}
+
+fn signed(bits: u64, size: usize) -> i64 {
+    let shift = 64 - 8 * size as u32;
+    ((bits << shift) as i64) >> shift
+}

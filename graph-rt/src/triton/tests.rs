@@ -1,0 +1,80 @@
+//! Argument checks against parameters and specialization, with no GPU.
+
+use super::arg::TritonArg;
+use super::kernel::{check_args, TritonParam};
+
+fn param(name: &str, pointer: bool, size: usize, float: bool, div16: bool) -> TritonParam {
+    TritonParam {
+        name: name.into(),
+        pointer,
+        size,
+        float,
+        divisible_16: div16,
+        slot: false,
+    }
+}
+
+#[test]
+fn arguments_are_checked_against_kind_size_and_specialization() {
+    let params = [
+        param("x_ptr", true, 8, false, true),
+        param("s", false, 4, true, false),
+        param("n", false, 4, false, true),
+        param("flip", false, 1, false, false),
+    ];
+    let ok = |p: u64, n: i32| {
+        // SAFETY: never launched.
+        let ptr = unsafe { TritonArg::raw_pointer(p) };
+        check_args(
+            &params,
+            &[
+                ptr,
+                TritonArg::f32(0.5),
+                TritonArg::i32(n),
+                TritonArg::bool(true),
+            ],
+        )
+    };
+    ok(0x1000, 4096).unwrap();
+    ok(0x1000, -32).unwrap();
+    // A misaligned pointer, and an integer that breaks the divisibility Triton compiled for.
+    let e = ok(0x1004, 4096).unwrap_err().to_string();
+    assert!(
+        e.contains("not 16-byte aligned") && e.contains("x_ptr"),
+        "{e}"
+    );
+    let e = ok(0x1000, 4100).unwrap_err().to_string();
+    assert!(e.contains("multiple of 16") && e.contains("4100"), "{e}");
+    // Wrong kinds and sizes, too few arguments.
+    // SAFETY: never launched.
+    let p = || unsafe { TritonArg::raw_pointer(0x1000) };
+    for bad in [
+        vec![
+            p(),
+            TritonArg::i32(1),
+            TritonArg::i32(16),
+            TritonArg::bool(true),
+        ],
+        vec![
+            p(),
+            TritonArg::f64(0.5),
+            TritonArg::i32(16),
+            TritonArg::bool(true),
+        ],
+        vec![
+            p(),
+            TritonArg::f32(0.5),
+            TritonArg::i64(16),
+            TritonArg::bool(true),
+        ],
+        vec![
+            TritonArg::u64(0x1000),
+            TritonArg::f32(0.5),
+            TritonArg::i32(16),
+            TritonArg::bool(true),
+        ],
+        vec![p(), TritonArg::f32(0.5), TritonArg::i32(16)],
+    ] {
+        assert!(check_args(&params, &bad).is_err(), "{bad:?}");
+    }
+}
