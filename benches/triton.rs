@@ -1,7 +1,8 @@
 //! GPU time of the Triton fixtures (triton-fixtures/, Triton 3.6) in each form graph-rt launches
 //! them: the original (Triton's cubin), the table form and the PDL table form (made by the PTX
-//! pass at load time). Per fixture and form: the kernel alone between events (the table forms
-//! after an eager refresh), and one replay of a captured graph (refresh + kernel for the table
+//! pass at load time). Per fixture and form: the kernel alone between events (recorded behind an
+//! eager table refresh, so that the GPU is busy and the events time the kernel, not the launch
+//! latency), and one replay of a captured graph (refresh + kernel for the table
 //! forms, the kernel alone for the original) with every pointer rebound before it, between
 //! events. Medians of interleaved rounds.
 //!
@@ -159,9 +160,9 @@ impl Case {
         bind(&mut self.table, &self.args, &self.slots, &self.sets[set]);
         let args = launch_args(&self.args, &self.slots, &self.sets[set]);
         let table_form = self.slots.iter().any(Option::is_some);
-        if table_form {
-            self.table.refresh(stream).expect("refresh");
-        }
+        // Every form after a refresh (the original's table has no slot): the GPU is busy when
+        // the start event is recorded, so the events time the kernel, not the launch's latency.
+        self.table.refresh(stream).expect("refresh");
         start.record(stream).expect("record");
         // SAFETY: the fixture's buffers and scalars, as Triton launched them.
         unsafe {
