@@ -29,8 +29,10 @@
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
 // <- `graph/` <- `table/` (scripts/check-module-cycles fails CI on a cycle between folders).
+mod cublas;
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
+mod discover;
 mod driver;
 mod error;
 mod graph;
@@ -39,6 +41,11 @@ mod resource;
 mod table;
 mod triton;
 
+pub use cublas::{Cublas, Op as CublasOp};
+pub use discover::{
+    discover, discover_graphs, kernel_snapshots, Discovery, Dynamic, HostPatcher, KernelSnapshot,
+    NodeParams, Patch, Unexplained,
+};
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
     Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function,

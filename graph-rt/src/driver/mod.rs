@@ -22,6 +22,7 @@ pub use event::{Event, EventFlags};
 pub use mapped::MappedHostBuffer;
 pub(crate) use memory::Allocation;
 pub use memory::DeviceBuffer;
+pub(crate) use module::param_layout_of;
 pub use module::{Function, Module, ParamInfo};
 pub use pinned::PinnedHostBuffer;
 pub(crate) use release::{capture_lock, Parked};

@@ -245,21 +245,8 @@ impl Function {
     }
 
     fn read_layout(&self) -> Result<Vec<ParamInfo>> {
-        let mut out = Vec::new();
-        for index in 0.. {
-            let (mut offset, mut size) = (0usize, 0usize);
-            // SAFETY: valid out-pointers and function handle.
-            let r = unsafe {
-                cuda_sys::cuFuncGetParamInfo(self.inner.raw, index, &mut offset, &mut size)
-            }?;
-            match r {
-                cuda_sys::CUresult::CUDA_SUCCESS => out.push(ParamInfo { offset, size }),
-                // Past the last parameter.
-                cuda_sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
-                code => return Err(Error::driver("cuFuncGetParamInfo", code)),
-            }
-        }
-        Ok(out)
+        // SAFETY: our own function handle.
+        unsafe { param_layout_of(self.inner.raw) }
     }
 
     /// Reads an attribute (`cuFuncGetAttribute`).
@@ -312,4 +299,25 @@ impl Function {
             )
         })
     }
+}
+
+/// The parameter layout of any kernel handle (`cuFuncGetParamInfo`), such as one a foreign
+/// library launched into a captured graph.
+///
+/// # Safety
+/// `raw` must be a valid `CUfunction` of a loaded module.
+pub(crate) unsafe fn param_layout_of(raw: CUfunction) -> Result<Vec<ParamInfo>> {
+    let mut out = Vec::new();
+    for index in 0.. {
+        let (mut offset, mut size) = (0usize, 0usize);
+        // SAFETY: valid out-pointers; `raw` valid (the caller's promise).
+        let r = unsafe { cuda_sys::cuFuncGetParamInfo(raw, index, &mut offset, &mut size) }?;
+        match r {
+            cuda_sys::CUresult::CUDA_SUCCESS => out.push(ParamInfo { offset, size }),
+            // Past the last parameter.
+            cuda_sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            code => return Err(Error::driver("cuFuncGetParamInfo", code)),
+        }
+    }
+    Ok(out)
 }

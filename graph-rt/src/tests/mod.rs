@@ -5,6 +5,7 @@ mod args;
 mod chain;
 #[cfg(feature = "cudarc")]
 mod cudarc;
+mod discover;
 mod graphs;
 mod identity;
 mod instantiate;

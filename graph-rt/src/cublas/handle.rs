@@ -1,0 +1,415 @@
+//! The cuBLAS handle ([`Cublas`]) and its GEMMs; the pure size checks they run first are in
+//! the parent module, next to their tests.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use super::sys::{self, CublasLib, Handle};
+use super::{check_gemm_dims, Batch, Dims, GemmShape};
+use crate::driver::{Allocation, CaptureStatus, DeviceBuffer, Stream};
+use crate::error::{Error, Result};
+use crate::resource::Resource;
+
+/// How a GEMM uses an operand: as stored (column-major, as cuBLAS expects), or transposed.
+///
+/// A row-major matrix is the transpose of a column-major one: row-major `C = A·B` is
+/// column-major `Cᵀ = Bᵀ·Aᵀ`, i.e. `sgemm(N, N, n, m, k, 1.0, b, n, a, k, 0.0, c, n)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Op {
+    /// As stored (`CUBLAS_OP_N`).
+    #[default]
+    N,
+    /// Transposed (`CUBLAS_OP_T`).
+    T,
+}
+
+impl Op {
+    fn raw(self) -> c_int {
+        match self {
+            Op::N => sys::CUBLAS_OP_N,
+            Op::T => sys::CUBLAS_OP_T,
+        }
+    }
+}
+
+/// A cuBLAS handle bound to one [`Stream`] (and so one context), with a device workspace it owns.
+///
+/// Every GEMM is queued on that stream, column-major as in cuBLAS, after checking its sizes
+/// against the buffers (so the methods are safe). The workspace is set with
+/// `cublasSetWorkspace_v2`, so cuBLAS uses it rather than allocating, also while the stream is
+/// captured: GEMMs can be recorded into a graph. Warm each shape up once outside the capture, as
+/// PyTorch does, so that any one-time setup of cuBLAS happens there.
+///
+/// A graph that captured these GEMMs keeps nothing alive by itself: the buffers and this handle
+/// (whose workspace the captured kernels use) must outlive every exec of it. Keep them, or hand
+/// [`Cublas::workspace_resource`] to [`CaptureScope::keep_alive`](crate::CaptureScope::keep_alive)
+/// for the workspace. Replaying on other buffers needs a new capture, or a rebinding that finds
+/// the buffers' addresses in the captured kernels' parameters.
+///
+/// cuBLAS is loaded at run time, once per process, on the first [`Cublas::new`]: the file named
+/// by the environment variable `GRAPH_RT_CUBLAS` (a full path, e.g. PyTorch's
+/// `site-packages/nvidia/cu13/lib/libcublas.so.13`), else `libcublas.so.13`, else
+/// `libcublas.so.12` from the dynamic loader's path. Nothing of cuBLAS is needed to build.
+///
+/// `Send` but not `Sync`: a cuBLAS handle must not be used from two threads at once. Dropping it
+/// calls `cublasDestroy_v2`, which waits for the device: not during a capture.
+pub struct Cublas {
+    handle: Handle,
+    lib: &'static CublasLib,
+    stream: Stream,
+    workspace: DeviceBuffer<u8>,
+    _not_sync: PhantomData<Cell<()>>,
+}
+
+// SAFETY: a cuBLAS handle may be used from any thread, one at a time (`Cublas` is not Sync, and
+// every method binds the stream's context first); the stream and workspace are Send.
+unsafe impl Send for Cublas {}
+
+impl std::fmt::Debug for Cublas {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cublas")
+            .field("handle", &self.handle)
+            .field("stream", &self.stream)
+            .field("workspace_bytes", &self.workspace.len())
+            .field("library", &self.lib.path)
+            .finish()
+    }
+}
+
+impl Cublas {
+    /// The workspace [`Cublas::new`] gives a handle: 32 MiB, what cuBLAS recommends for Hopper
+    /// (and more than enough before it).
+    pub const DEFAULT_WORKSPACE_BYTES: usize = 32 << 20;
+
+    /// A handle on `stream` with a workspace of [`Cublas::DEFAULT_WORKSPACE_BYTES`] (32 MiB).
+    /// Loads cuBLAS on first use (see [`Cublas`]).
+    pub fn new(stream: &Stream) -> Result<Self> {
+        Self::with_workspace(stream, Self::DEFAULT_WORKSPACE_BYTES)
+    }
+
+    /// A handle on `stream` with a workspace of `bytes` (0: none, which rules out the algorithms
+    /// that need one). Not while `stream` captures: the workspace and the handle are allocated
+    /// here.
+    pub fn with_workspace(stream: &Stream, bytes: usize) -> Result<Self> {
+        const CALL: &str = "Cublas::new";
+        let lib = sys::library()?;
+        if stream.capture_status()? != CaptureStatus::None {
+            return Err(Error::invalid(
+                CALL,
+                "the stream is capturing: create the cuBLAS handle (which allocates) before the capture",
+            ));
+        }
+        let ctx = stream.context();
+        let workspace = DeviceBuffer::<u8>::alloc(ctx, bytes)?;
+        ctx.bind()?;
+        let mut handle = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; the stream's context is current, so the handle is made for it.
+        sys::check_status("cublasCreate_v2", unsafe { (lib.create)(&mut handle) })?;
+        let resource: Resource = stream.shared();
+        let this = Self {
+            handle,
+            lib,
+            // The same stream, kept alive by this value (it is not destroyed through it).
+            stream: Stream::wrap_owned(stream.as_raw(), ctx, false, Some(resource)),
+            workspace,
+            _not_sync: PhantomData,
+        };
+        // SAFETY: valid handle and stream of the current context.
+        sys::check_status("cublasSetStream_v2", unsafe {
+            (lib.set_stream)(this.handle, this.stream.as_raw())
+        })?;
+        // After cublasSetStream_v2, which resets the workspace to cuBLAS's own pool.
+        // SAFETY: the workspace holds `bytes` bytes of device memory of this context, aligned to
+        // at least 256 bytes (cuMemAlloc), and lives as long as the handle.
+        sys::check_status("cublasSetWorkspace_v2", unsafe {
+            (lib.set_workspace)(this.handle, this.workspace.as_raw() as *mut c_void, bytes)
+        })?;
+        Ok(this)
+    }
+
+    /// The raw `cublasHandle_t`, for cuBLAS calls graph-rt does not wrap. Do not destroy it,
+    /// change its stream or workspace, or use it from another thread while this value is used.
+    pub fn as_raw(&self) -> *mut c_void {
+        self.handle
+    }
+
+    /// The stream every call of this handle is queued on.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The size of the workspace in bytes.
+    pub fn workspace_bytes(&self) -> usize {
+        self.workspace.len()
+    }
+
+    /// The workspace's allocation, for a graph that captured this handle's GEMMs to keep alive
+    /// (see [`CaptureScope::keep_alive`](crate::CaptureScope::keep_alive)).
+    pub fn workspace_resource(&self) -> Resource {
+        let allocation: Arc<Allocation> = self.workspace.allocation().clone();
+        allocation
+    }
+
+    /// The path or name cuBLAS was loaded from.
+    pub fn library_path(&self) -> &std::path::Path {
+        std::path::Path::new(&self.lib.path)
+    }
+
+    /// The cuBLAS version (`cublasGetVersion_v2`), e.g. `130100` for 13.1.0.
+    pub fn version(&self) -> Result<i32> {
+        self.bind()?;
+        let mut version = 0;
+        // SAFETY: valid handle and out-pointer.
+        sys::check_status("cublasGetVersion_v2", unsafe {
+            (self.lib.get_version)(self.handle, &mut version)
+        })?;
+        Ok(version)
+    }
+
+    /// Lets f32 GEMMs use TF32 tensor cores (`CUBLAS_TF32_TENSOR_OP_MATH`), or not (the default,
+    /// `CUBLAS_DEFAULT_MATH`).
+    pub fn allow_tf32(&self, allow: bool) -> Result<()> {
+        self.bind()?;
+        let mode = if allow {
+            sys::CUBLAS_TF32_TENSOR_OP_MATH
+        } else {
+            sys::CUBLAS_DEFAULT_MATH
+        };
+        // SAFETY: valid handle; the mode is a cublasMath_t.
+        sys::check_status("cublasSetMathMode", unsafe {
+            (self.lib.set_math_mode)(self.handle, mode)
+        })
+    }
+
+    /// `C = alpha·op(A)·op(B) + beta·C` in f32 (`cublasSgemm_v2`): `op(A)` is `m×k`, `op(B)`
+    /// `k×n`, `C` `m×n`, all column-major with leading dimensions `lda`, `ldb`, `ldc`. Checks the
+    /// sizes against the buffers and queues the GEMM on [`Cublas::stream`].
+    #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
+    pub fn sgemm(
+        &self,
+        transa: Op,
+        transb: Op,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        a: &DeviceBuffer<f32>,
+        lda: usize,
+        b: &DeviceBuffer<f32>,
+        ldb: usize,
+        beta: f32,
+        c: &mut DeviceBuffer<f32>,
+        ldc: usize,
+    ) -> Result<()> {
+        const CALL: &str = "cublasSgemm_v2";
+        let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
+        let d = self.prepare(CALL, &shape, None, [a, b, c])?;
+        // SAFETY: valid handle; the buffers belong to the handle's context and hold every element
+        // the GEMM touches (checked above); alpha and beta are host values (pointer mode host).
+        sys::check_status(CALL, unsafe {
+            (self.lib.sgemm)(
+                self.handle,
+                transa.raw(),
+                transb.raw(),
+                d.m,
+                d.n,
+                d.k,
+                &alpha,
+                a.as_raw() as *const f32,
+                d.lda,
+                b.as_raw() as *const f32,
+                d.ldb,
+                &beta,
+                c.as_raw() as *mut f32,
+                d.ldc,
+            )
+        })
+    }
+
+    /// [`Cublas::sgemm`] on `batch` matrices at once (`cublasSgemmStridedBatched`): matrix `i`
+    /// of A, B and C starts `i·stride_a`, `i·stride_b`, `i·stride_c` elements after the first. A
+    /// stride of 0 for A or B uses one matrix for the whole batch; C's batches must not overlap.
+    #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
+    pub fn sgemm_strided_batched(
+        &self,
+        transa: Op,
+        transb: Op,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        a: &DeviceBuffer<f32>,
+        lda: usize,
+        stride_a: i64,
+        b: &DeviceBuffer<f32>,
+        ldb: usize,
+        stride_b: i64,
+        beta: f32,
+        c: &mut DeviceBuffer<f32>,
+        ldc: usize,
+        stride_c: i64,
+        batch: i32,
+    ) -> Result<()> {
+        const CALL: &str = "cublasSgemmStridedBatched";
+        let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
+        let batch = Batch {
+            stride_a,
+            stride_b,
+            stride_c,
+            count: batch,
+        };
+        let d = self.prepare(CALL, &shape, Some(&batch), [a, b, c])?;
+        // SAFETY: valid handle; the buffers belong to the handle's context and hold every element
+        // of the last matrix of the batch (checked above); alpha and beta are host values.
+        sys::check_status(CALL, unsafe {
+            (self.lib.sgemm_strided_batched)(
+                self.handle,
+                transa.raw(),
+                transb.raw(),
+                d.m,
+                d.n,
+                d.k,
+                &alpha,
+                a.as_raw() as *const f32,
+                d.lda,
+                stride_a,
+                b.as_raw() as *const f32,
+                d.ldb,
+                stride_b,
+                &beta,
+                c.as_raw() as *mut f32,
+                d.ldc,
+                stride_c,
+                batch.count,
+            )
+        })
+    }
+
+    /// [`Cublas::sgemm`] on bf16 matrices (`cublasGemmEx`, `CUDA_R_16BF`, the raw bits in `u16`)
+    /// with f32 accumulation (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`.
+    #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
+    pub fn gemm_bf16(
+        &self,
+        transa: Op,
+        transb: Op,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        a: &DeviceBuffer<u16>,
+        lda: usize,
+        b: &DeviceBuffer<u16>,
+        ldb: usize,
+        beta: f32,
+        c: &mut DeviceBuffer<u16>,
+        ldc: usize,
+    ) -> Result<()> {
+        let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
+        self.gemm_ex(sys::CUDA_R_16BF, &shape, (alpha, beta), a, b, c)
+    }
+
+    /// [`Cublas::sgemm`] on f16 matrices (`cublasGemmEx`, `CUDA_R_16F`, the raw bits in `u16`)
+    /// with f32 accumulation (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`.
+    #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
+    pub fn gemm_f16(
+        &self,
+        transa: Op,
+        transb: Op,
+        m: usize,
+        n: usize,
+        k: usize,
+        alpha: f32,
+        a: &DeviceBuffer<u16>,
+        lda: usize,
+        b: &DeviceBuffer<u16>,
+        ldb: usize,
+        beta: f32,
+        c: &mut DeviceBuffer<u16>,
+        ldc: usize,
+    ) -> Result<()> {
+        let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
+        self.gemm_ex(sys::CUDA_R_16F, &shape, (alpha, beta), a, b, c)
+    }
+
+    /// `cublasGemmEx` with A, B and C of `dtype` (a 16-bit `cudaDataType_t`).
+    fn gemm_ex(
+        &self,
+        dtype: c_int,
+        shape: &GemmShape,
+        (alpha, beta): (f32, f32),
+        a: &DeviceBuffer<u16>,
+        b: &DeviceBuffer<u16>,
+        c: &mut DeviceBuffer<u16>,
+    ) -> Result<()> {
+        const CALL: &str = "cublasGemmEx";
+        let d = self.prepare(CALL, shape, None, [a, b, c])?;
+        // SAFETY: valid handle; the buffers belong to the handle's context and hold every 16-bit
+        // element the GEMM touches (checked above); alpha and beta are host floats, the scale type
+        // of CUBLAS_COMPUTE_32F.
+        sys::check_status(CALL, unsafe {
+            (self.lib.gemm_ex)(
+                self.handle,
+                shape.transa.raw(),
+                shape.transb.raw(),
+                d.m,
+                d.n,
+                d.k,
+                (&alpha as *const f32).cast(),
+                a.as_raw() as *const c_void,
+                dtype,
+                d.lda,
+                b.as_raw() as *const c_void,
+                dtype,
+                d.ldb,
+                (&beta as *const f32).cast(),
+                c.as_raw() as *mut c_void,
+                dtype,
+                d.ldc,
+                sys::CUBLAS_COMPUTE_32F,
+                sys::CUBLAS_GEMM_DEFAULT,
+            )
+        })
+    }
+
+    /// Checks a GEMM's sizes and buffers (A, B, C), then makes the context current.
+    fn prepare<T: bytemuck::Pod>(
+        &self,
+        call: &'static str,
+        shape: &GemmShape,
+        batch: Option<&Batch>,
+        buffers: [&DeviceBuffer<T>; 3],
+    ) -> Result<Dims> {
+        let dims = check_gemm_dims(call, shape, buffers.map(DeviceBuffer::len), batch)?;
+        for (name, buffer) in ["A", "B", "C"].into_iter().zip(buffers) {
+            if !buffer.allocation().in_context(self.stream.context()) {
+                return Err(Error::invalid(
+                    call,
+                    format!("{name} belongs to another context than the handle's stream"),
+                ));
+            }
+        }
+        self.bind()?;
+        Ok(dims)
+    }
+
+    fn bind(&self) -> Result<()> {
+        self.stream.context().bind()
+    }
+}
+
+impl Drop for Cublas {
+    fn drop(&mut self) {
+        let ctx = &self.stream.context().inner;
+        let r = ctx.bind().and_then(|_| {
+            // SAFETY: we created the handle and nothing uses it after this; work already queued
+            // completes (cublasDestroy_v2 waits for the device).
+            sys::check_status("cublasDestroy_v2", unsafe {
+                (self.lib.destroy)(self.handle)
+            })
+        });
+        ctx.record(r);
+        // The workspace is dropped after the handle; its memory is freed once the device is done.
+    }
+}

@@ -1,0 +1,430 @@
+//! A small safe cuBLAS: a handle bound to one stream ([`Cublas`]) and its GEMMs (f32, strided
+//! batched f32, bf16 and f16 with f32 accumulation), column-major as in cuBLAS, each checked
+//! against its buffers' lengths before it is queued.
+//!
+//! cuBLAS is loaded at run time (`dlopen`), once per process, on the first [`Cublas::new`]:
+//! nothing of cuBLAS or of the CUDA toolkit is needed to build. The candidates, in order: the
+//! file named by the environment variable `GRAPH_RT_CUBLAS` (a full path, e.g. PyTorch's
+//! `site-packages/nvidia/cu13/lib/libcublas.so.13`), then `libcublas.so.13` and
+//! `libcublas.so.12` from the dynamic loader's path. When none loads, the error lists what was
+//! tried and why each failed.
+//!
+//! Each handle owns a device workspace (32 MiB by default) set with `cublasSetWorkspace_v2`, so
+//! cuBLAS uses it instead of allocating: GEMMs queued while the stream captures are recorded into
+//! the graph, and the capture never allocates. A graph keeps nothing of them alive by itself (see
+//! [`Cublas`]).
+//!
+//! `sys` holds the hand-written bindings and the loader, `handle` the safe type; the pure size
+//! checks are here, with their tests. Depends on `driver`, `error` and `resource` only.
+
+mod handle;
+mod sys;
+
+pub use handle::{Cublas, Op};
+
+use std::ffi::c_int;
+
+use crate::error::{Error, Result};
+
+/// A GEMM's shape as cuBLAS takes it: `C (m×n) = op(A) (m×k) · op(B) (k×n)`, column-major.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GemmShape {
+    pub(crate) transa: Op,
+    pub(crate) transb: Op,
+    pub(crate) m: usize,
+    pub(crate) n: usize,
+    pub(crate) k: usize,
+    pub(crate) lda: usize,
+    pub(crate) ldb: usize,
+    pub(crate) ldc: usize,
+}
+
+impl GemmShape {
+    pub(crate) fn new(
+        (transa, transb): (Op, Op),
+        (m, n, k): (usize, usize, usize),
+        (lda, ldb, ldc): (usize, usize, usize),
+    ) -> Self {
+        Self {
+            transa,
+            transb,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc,
+        }
+    }
+}
+
+/// The batch of a strided batched GEMM: matrix `i` of each operand starts `i × stride` elements
+/// after the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub(crate) stride_a: i64,
+    pub(crate) stride_b: i64,
+    pub(crate) stride_c: i64,
+    pub(crate) count: i32,
+}
+
+/// A checked shape in cuBLAS's ints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dims {
+    pub(crate) m: c_int,
+    pub(crate) n: c_int,
+    pub(crate) k: c_int,
+    pub(crate) lda: c_int,
+    pub(crate) ldb: c_int,
+    pub(crate) ldc: c_int,
+}
+
+/// The number of elements a column-major operand reads or writes when `op` of it is
+/// `rows × cols` with leading dimension `ld`: the stored matrix is `rows × cols` (N) or
+/// `cols × rows` (T), so it spans `ld × (stored cols − 1) + stored rows` elements. `None` when
+/// `rows` or `cols` is 0, or on overflow.
+pub(crate) fn required_len(op: Op, rows: usize, cols: usize, ld: usize) -> Option<usize> {
+    let (stored_rows, stored_cols) = match op {
+        Op::N => (rows, cols),
+        Op::T => (cols, rows),
+    };
+    if stored_rows == 0 {
+        return None;
+    }
+    ld.checked_mul(stored_cols.checked_sub(1)?)?
+        .checked_add(stored_rows)
+}
+
+/// Checks a GEMM before it reaches cuBLAS: every dimension and leading dimension is > 0 and fits
+/// an `int`, each leading dimension covers its operand's stored rows, and each buffer (lengths
+/// `lens` of A, B, C, in elements) holds what the GEMM touches, up to the last matrix of `batch`.
+pub(crate) fn check_gemm_dims(
+    call: &'static str,
+    shape: &GemmShape,
+    lens: [usize; 3],
+    batch: Option<&Batch>,
+) -> Result<Dims> {
+    let int = |name: &str, v: usize| -> Result<c_int> {
+        if v == 0 {
+            return Err(Error::invalid(
+                call,
+                format!("{name} is 0: every dimension and leading dimension must be at least 1"),
+            ));
+        }
+        c_int::try_from(v).map_err(|_| {
+            Error::invalid(
+                call,
+                format!(
+                    "{name} = {v} does not fit cuBLAS's 32-bit int (at most {})",
+                    c_int::MAX
+                ),
+            )
+        })
+    };
+    let dims = Dims {
+        m: int("m", shape.m)?,
+        n: int("n", shape.n)?,
+        k: int("k", shape.k)?,
+        lda: int("lda", shape.lda)?,
+        ldb: int("ldb", shape.ldb)?,
+        ldc: int("ldc", shape.ldc)?,
+    };
+    // Matrices before the last one of the batch: their count, and each operand's stride.
+    let (before_last, strides) = match batch {
+        None => (0, [0; 3]),
+        Some(b) => {
+            if b.count < 1 {
+                return Err(Error::invalid(
+                    call,
+                    format!("batch is {}: it must be at least 1", b.count),
+                ));
+            }
+            if b.stride_c == 0 && b.count > 1 {
+                return Err(Error::invalid(
+                    call,
+                    "stride_c is 0 with a batch above 1: every matrix of the batch would write the same C",
+                ));
+            }
+            let mut strides = [0usize; 3];
+            for (s, (name, v)) in strides.iter_mut().zip([
+                ("stride_a", b.stride_a),
+                ("stride_b", b.stride_b),
+                ("stride_c", b.stride_c),
+            ]) {
+                *s = usize::try_from(v)
+                    .map_err(|_| Error::invalid(call, format!("{name} = {v} is negative")))?;
+            }
+            // `count` ≥ 1 here, so this never fails.
+            (usize::try_from(b.count - 1).unwrap_or(0), strides)
+        }
+    };
+    let operands = [
+        ("A", "lda", shape.transa, shape.m, shape.k, shape.lda),
+        ("B", "ldb", shape.transb, shape.k, shape.n, shape.ldb),
+        ("C", "ldc", Op::N, shape.m, shape.n, shape.ldc),
+    ];
+    for (((name, ld_name, op, rows, cols, ld), len), stride) in
+        operands.into_iter().zip(lens).zip(strides)
+    {
+        let (stored_rows, stored_cols) = match op {
+            Op::N => (rows, cols),
+            Op::T => (cols, rows),
+        };
+        if ld < stored_rows {
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "{ld_name} = {ld} is less than the {stored_rows} rows of {name} as stored \
+                     ({stored_rows}×{stored_cols}, op {op:?})"
+                ),
+            ));
+        }
+        let overflow = || Error::invalid(call, format!("the extent of {name} overflows usize"));
+        let one = required_len(op, rows, cols, ld).ok_or_else(overflow)?;
+        let needed = stride
+            .checked_mul(before_last)
+            .and_then(|offset| offset.checked_add(one))
+            .ok_or_else(overflow)?;
+        if len < needed {
+            let of_batch = if before_last > 0 {
+                format!(" up to the last matrix of the batch (stride {stride})")
+            } else {
+                String::new()
+            };
+            return Err(Error::invalid(
+                call,
+                format!(
+                    "{name} holds {len} elements, but {stored_rows}×{stored_cols} with \
+                     {ld_name} = {ld}{of_batch} spans {needed}"
+                ),
+            ));
+        }
+    }
+    Ok(dims)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+
+    use super::sys::{candidates, check_status, load_from, ENV_VAR, LIBRARY_NAMES};
+    use super::Op;
+    use super::{check_gemm_dims, required_len, Batch, Dims, GemmShape};
+    use crate::error::Error;
+
+    const CALL: &str = "cublasSgemm_v2";
+
+    /// C (4×3) = A (4×2) · B (2×3), tightly packed, op N.
+    fn shape() -> GemmShape {
+        GemmShape::new((Op::N, Op::N), (4, 3, 2), (4, 2, 4))
+    }
+
+    fn reason(e: Error) -> String {
+        match e {
+            Error::InvalidArgument { call, reason } => {
+                assert_eq!(call, CALL);
+                reason
+            }
+            e => panic!("not an argument error: {e}"),
+        }
+    }
+
+    fn fails(shape: &GemmShape, lens: [usize; 3], batch: Option<&Batch>) -> String {
+        reason(check_gemm_dims(CALL, shape, lens, batch).unwrap_err())
+    }
+
+    #[test]
+    fn required_len_counts_the_stored_extent() {
+        // op N: the stored matrix is rows×cols.
+        assert_eq!(required_len(Op::N, 4, 2, 4), Some(8));
+        assert_eq!(required_len(Op::N, 4, 2, 10), Some(14));
+        // op T: op(A) is 4×2, so A is stored 2×4: ld·3 + 2.
+        assert_eq!(required_len(Op::T, 4, 2, 2), Some(8));
+        assert_eq!(required_len(Op::T, 4, 2, 5), Some(17));
+        assert_eq!(required_len(Op::N, 1, 1, 1), Some(1));
+        assert_eq!(required_len(Op::N, 0, 3, 1), None);
+        assert_eq!(required_len(Op::T, 3, 0, 1), None);
+        assert_eq!(required_len(Op::N, 2, usize::MAX, usize::MAX), None);
+    }
+
+    #[test]
+    fn exact_buffers_pass_and_give_cublas_ints() {
+        let dims = check_gemm_dims(CALL, &shape(), [8, 6, 12], None).unwrap();
+        let want = Dims {
+            m: 4,
+            n: 3,
+            k: 2,
+            lda: 4,
+            ldb: 2,
+            ldc: 4,
+        };
+        assert_eq!(dims, want);
+        // Larger buffers are fine too.
+        assert!(check_gemm_dims(CALL, &shape(), [100, 100, 100], None).is_ok());
+    }
+
+    #[test]
+    fn zero_and_oversized_dimensions_are_refused() {
+        let mut s = shape();
+        s.k = 0;
+        assert!(fails(&s, [100; 3], None).contains("k is 0"));
+        let mut s = shape();
+        s.ldc = 0;
+        assert!(fails(&s, [100; 3], None).contains("ldc is 0"));
+        let big = i32::MAX as usize + 1;
+        let mut s = shape();
+        s.m = big;
+        s.lda = big;
+        s.ldc = big;
+        let r = fails(&s, [usize::MAX; 3], None);
+        assert!(r.contains(&format!("m = {big}")), "{r}");
+        assert!(r.contains("32-bit int"), "{r}");
+        let mut s = shape();
+        s.ldb = big;
+        assert!(fails(&s, [usize::MAX; 3], None).contains("ldb = 2147483648"));
+        // i32::MAX itself fits.
+        let mut s = shape();
+        s.lda = i32::MAX as usize;
+        let need_a = i32::MAX as usize + 4;
+        assert!(check_gemm_dims(CALL, &s, [need_a, 6, 12], None).is_ok());
+    }
+
+    #[test]
+    fn leading_dimensions_cover_the_stored_rows() {
+        let mut s = shape();
+        s.lda = 3;
+        let r = fails(&s, [100; 3], None);
+        assert!(r.contains("lda = 3 is less than the 4 rows of A"), "{r}");
+        // op T: A is stored k×m = 2×4, so lda = 2 is enough and 1 is not.
+        let mut s = shape();
+        s.transa = Op::T;
+        s.lda = 2;
+        assert!(check_gemm_dims(CALL, &s, [8, 6, 12], None).is_ok());
+        s.lda = 1;
+        assert!(fails(&s, [100; 3], None).contains("lda = 1 is less than the 2 rows of A"));
+        // op T on B: B is stored n×k = 3×2.
+        let mut s = shape();
+        s.transb = Op::T;
+        s.ldb = 2;
+        assert!(fails(&s, [100; 3], None).contains("ldb = 2 is less than the 3 rows of B"));
+        let mut s = shape();
+        s.ldc = 3;
+        assert!(fails(&s, [100; 3], None).contains("ldc = 3 is less than the 4 rows of C"));
+    }
+
+    #[test]
+    fn short_buffers_are_refused() {
+        let r = fails(&shape(), [7, 6, 12], None);
+        assert!(r.contains("A holds 7 elements"), "{r}");
+        assert!(r.contains("spans 8"), "{r}");
+        assert!(fails(&shape(), [8, 5, 12], None).contains("B holds 5 elements"));
+        assert!(fails(&shape(), [8, 6, 11], None).contains("C holds 11 elements"));
+        // With padding the last column still ends at ld·(cols−1) + rows.
+        let mut s = shape();
+        s.lda = 10;
+        assert!(fails(&s, [13, 6, 12], None).contains("spans 14"));
+        assert!(check_gemm_dims(CALL, &s, [14, 6, 12], None).is_ok());
+        // Empty buffers never pass.
+        assert!(fails(&shape(), [0, 6, 12], None).contains("A holds 0 elements"));
+    }
+
+    #[test]
+    fn batches_are_checked_up_to_the_last_matrix() {
+        let batch = Batch {
+            stride_a: 8,
+            stride_b: 6,
+            stride_c: 12,
+            count: 3,
+        };
+        assert!(check_gemm_dims(CALL, &shape(), [24, 18, 36], Some(&batch)).is_ok());
+        let r = fails(&shape(), [24, 18, 35], Some(&batch));
+        assert!(r.contains("C holds 35 elements"), "{r}");
+        assert!(r.contains("last matrix of the batch"), "{r}");
+        // A stride of 0 broadcasts one A over the batch.
+        let broadcast = Batch {
+            stride_a: 0,
+            ..batch
+        };
+        assert!(check_gemm_dims(CALL, &shape(), [8, 18, 36], Some(&broadcast)).is_ok());
+        let no_batch = Batch { count: 0, ..batch };
+        assert!(fails(&shape(), [100; 3], Some(&no_batch)).contains("batch is 0"));
+        let negative = Batch {
+            stride_b: -6,
+            ..batch
+        };
+        assert!(fails(&shape(), [100; 3], Some(&negative)).contains("stride_b = -6 is negative"));
+        let same_c = Batch {
+            stride_c: 0,
+            ..batch
+        };
+        assert!(fails(&shape(), [100; 3], Some(&same_c)).contains("stride_c is 0"));
+        // One matrix may write C in place whatever its stride.
+        let one = Batch {
+            stride_c: 0,
+            count: 1,
+            ..batch
+        };
+        assert!(check_gemm_dims(CALL, &shape(), [8, 6, 12], Some(&one)).is_ok());
+        let huge = Batch {
+            stride_a: i64::MAX,
+            count: i32::MAX,
+            ..batch
+        };
+        assert!(fails(&shape(), [usize::MAX; 3], Some(&huge)).contains("overflows"));
+    }
+
+    #[test]
+    fn statuses_name_the_call_and_the_code() {
+        assert!(check_status("cublasGemmEx", 0).is_ok());
+        let e = check_status("cublasGemmEx", 7).unwrap_err();
+        assert_eq!(e.call(), Some("cublasGemmEx"));
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("cublasGemmEx: CUBLAS_STATUS_INVALID_VALUE (7): "),
+            "{msg}"
+        );
+        let msg = check_status("cublasSgemm_v2", 15).unwrap_err().to_string();
+        assert!(msg.contains("CUBLAS_STATUS_NOT_SUPPORTED (15)"), "{msg}");
+        let msg = check_status("cublasCreate_v2", 999)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("CUBLAS_STATUS_UNKNOWN (999)"), "{msg}");
+    }
+
+    #[test]
+    fn candidates_start_with_the_environment_variable() {
+        let names: Vec<OsString> = LIBRARY_NAMES.iter().map(OsString::from).collect();
+        assert_eq!(candidates(None), names);
+        assert_eq!(candidates(Some(OsString::new())), names);
+        let mut with = vec![OsString::from("/opt/libcublas.so.13")];
+        with.extend(names);
+        assert_eq!(candidates(Some("/opt/libcublas.so.13".into())), with);
+    }
+
+    #[test]
+    fn a_missing_library_names_every_path_tried() {
+        let tried = [
+            OsString::from("/nonexistent/libcublas.so.13"),
+            OsString::from("/nonexistent/other/libcublas.so.12"),
+        ];
+        let e = load_from(&tried).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("/nonexistent/libcublas.so.13"), "{msg}");
+        assert!(msg.contains("/nonexistent/other/libcublas.so.12"), "{msg}");
+        assert!(msg.contains(ENV_VAR), "{msg}");
+        assert!(msg.contains("nvidia/cu13/lib/libcublas.so.13"), "{msg}");
+        let msg = load_from(&[]).unwrap_err().to_string();
+        assert!(msg.contains("tried nothing"), "{msg}");
+    }
+
+    #[test]
+    fn a_library_without_cublas_is_refused() {
+        // The C library loads everywhere this crate runs, and has no cuBLAS.
+        let e = load_from(&[OsString::from("libc.so.6")]).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("libc.so.6: not cuBLAS: no symbol cublasCreate_v2"),
+            "{msg}"
+        );
+    }
+}

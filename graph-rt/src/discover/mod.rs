@@ -1,0 +1,40 @@
+//! Kernels graph-rt cannot rewrite (cuBLAS, cuDNN, precompiled cubins): which parameter words
+//! of which kernel nodes hold the addresses of buffers the caller declares dynamic, found by
+//! comparing two captures of the same work with different allocations (`scan`), read from
+//! graphs whoever launched into them (`snapshot`), and rebound per launch by host-side node
+//! updates (`patch`).
+//!
+//! Depends on `driver/` and `graph/`.
+
+mod patch;
+mod scan;
+mod snapshot;
+
+pub use patch::HostPatcher;
+pub use scan::{discover, Discovery, Dynamic, NodeParams, Patch, Unexplained};
+pub use snapshot::{kernel_snapshots, KernelSnapshot};
+
+use crate::error::{Error, Result};
+use crate::graph::Graph;
+
+/// Discovers the dynamic words of `first`'s kernel nodes against `second`, a capture of the
+/// same work whose dynamic buffer `k` was `dyn_second[k]` where `first`'s was `dyn_first[k]`.
+/// Returns `first`'s snapshots (for [`HostPatcher::new`]) and the discovery.
+pub fn discover_graphs(
+    first: &Graph,
+    second: &Graph,
+    dyn_first: &[Dynamic],
+    dyn_second: &[Dynamic],
+) -> Result<(Vec<KernelSnapshot>, Discovery)> {
+    let a = kernel_snapshots(first)?;
+    let b = kernel_snapshots(second)?;
+    let pa: Vec<NodeParams> = a.iter().map(|s| s.params.clone()).collect();
+    let pb: Vec<NodeParams> = b.iter().map(|s| s.params.clone()).collect();
+    let d = discover(&pa, &pb, dyn_first, dyn_second).ok_or_else(|| {
+        Error::invalid(
+            "discover_graphs",
+            "the dynamic buffers are declared differently in the two captures, or a buffer's two allocations overlap",
+        )
+    })?;
+    Ok((a, d))
+}

@@ -1,0 +1,146 @@
+//! Rebinding discovered parameter words from the host: per-node parameter updates of an exec
+//! (`cuGraphExecKernelNodeSetParams`), for kernels graph-rt cannot rewrite.
+
+use std::ffi::c_void;
+
+use cuda_sys::{CUdeviceptr, CUgraphNode, CUDA_KERNEL_NODE_PARAMS};
+
+use super::scan::{Discovery, Patch};
+use super::snapshot::KernelSnapshot;
+use crate::error::{check, Error, Result};
+use crate::graph::GraphExec;
+
+struct PatchedNode {
+    snap: KernelSnapshot,
+    patches: Vec<Patch>,
+    // Scratch: the bytes as the next update writes them.
+    bytes: Vec<u8>,
+}
+
+/// Rewrites the discovered words of an exec's kernel nodes to new buffers' addresses, node by
+/// node from the host. Made from the snapshots of the capture the exec was instantiated from
+/// and a [`Discovery`] against a second capture.
+pub struct HostPatcher {
+    nodes: Vec<PatchedNode>,
+    buffers: usize,
+}
+
+impl HostPatcher {
+    /// The patcher of `discovery`'s patches on the nodes of `first` (the snapshots of the graph
+    /// the exec is instantiated from). An error if the discovery names a node `first` lacks.
+    pub fn new(first: &[KernelSnapshot], discovery: &Discovery, buffers: usize) -> Result<Self> {
+        let mut nodes: Vec<PatchedNode> = Vec::new();
+        for p in &discovery.patches {
+            let snap = first.get(p.node).ok_or_else(|| {
+                Error::invalid("HostPatcher::new", format!("no kernel node {}", p.node))
+            })?;
+            if p.buffer >= buffers || p.offset + 8 > snap.params.bytes.len() {
+                return Err(Error::invalid("HostPatcher::new", "a patch out of range"));
+            }
+            match nodes.last_mut() {
+                Some(n) if n.snap.raw == snap.raw => n.patches.push(*p),
+                _ => nodes.push(PatchedNode {
+                    snap: snap.clone(),
+                    patches: vec![*p],
+                    bytes: snap.params.bytes.clone(),
+                }),
+            }
+        }
+        Ok(Self { nodes, buffers })
+    }
+
+    /// Kernel nodes rewritten on each rebinding.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Words rewritten on each rebinding.
+    pub fn patch_count(&self) -> usize {
+        self.nodes.iter().map(|n| n.patches.len()).sum()
+    }
+
+    /// Points every discovered word of `exec`'s nodes at buffer `k`'s new base address
+    /// `bases[k]` (plus the word's interior offset), for the launches that follow.
+    ///
+    /// # Safety
+    /// `exec` must be instantiated from the graph the snapshots were read from; each
+    /// `bases[k]` must address memory laid out as the buffer the capture used, valid for every
+    /// launch until the next rebinding's launches have finished.
+    pub unsafe fn rebind(&mut self, exec: &GraphExec, bases: &[CUdeviceptr]) -> Result<()> {
+        const CALL: &str = "HostPatcher::rebind";
+        if bases.len() != self.buffers {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "{} addresses for {} dynamic buffers",
+                    bases.len(),
+                    self.buffers
+                ),
+            ));
+        }
+        for n in &mut self.nodes {
+            for p in &n.patches {
+                let word = bases[p.buffer].wrapping_add(p.interior).to_le_bytes();
+                n.bytes[p.offset..p.offset + 8].copy_from_slice(&word);
+            }
+            // SAFETY: forwarded (the node is of the exec's graph); the parameter values live
+            // across the call, which copies them.
+            unsafe { set_params(exec.as_raw(), n.snap.raw, &n.snap, &mut n.bytes)? };
+        }
+        Ok(())
+    }
+}
+
+/// `cuGraphExecKernelNodeSetParams` with `bytes` as the node's parameters, in the form the
+/// capture used (`kernelParams` pointers into `bytes`, or `extra`).
+///
+/// # Safety
+/// `node` must be a kernel node of the graph `exec` was instantiated from.
+unsafe fn set_params(
+    exec: cuda_sys::CUgraphExec,
+    node: CUgraphNode,
+    snap: &KernelSnapshot,
+    bytes: &mut [u8],
+) -> Result<()> {
+    let (grid, block, shared) = snap.dims;
+    let mut p = CUDA_KERNEL_NODE_PARAMS {
+        func: snap.func,
+        gridDimX: grid[0],
+        gridDimY: grid[1],
+        gridDimZ: grid[2],
+        blockDimX: block[0],
+        blockDimY: block[1],
+        blockDimZ: block[2],
+        sharedMemBytes: shared,
+        ..Default::default()
+    };
+    let base = bytes.as_mut_ptr();
+    let mut ptrs: Vec<*mut c_void> = Vec::new();
+    let mut size = bytes.len();
+    let mut extra: [*mut c_void; 5];
+    if snap.via_extra {
+        extra = [
+            cuda_sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
+            base.cast(),
+            cuda_sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
+            (&mut size as *mut usize).cast(),
+            cuda_sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
+        ];
+        p.extra = extra.as_mut_ptr();
+    } else {
+        ptrs = snap
+            .params
+            .layout
+            .iter()
+            .map(|&(offset, _)| base.wrapping_add(offset).cast())
+            .collect();
+        p.kernelParams = ptrs.as_mut_ptr();
+    }
+    // SAFETY: the caller's promise for the node; `p`'s pointers (into `bytes`, `ptrs`,
+    // `extra`, `size`) live across the call.
+    let r = check("cuGraphExecKernelNodeSetParams", unsafe {
+        cuda_sys::cuGraphExecKernelNodeSetParams(exec, node, &p)
+    });
+    drop(ptrs);
+    r
+}

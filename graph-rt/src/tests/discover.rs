@@ -1,0 +1,319 @@
+//! Pointer discovery on real graphs: two captures of the same work with different dynamic
+//! buffers; patched words rebound by host node updates; coincidences refused.
+
+use super::chain::{add1, N};
+use super::{assert_close, capturing_ctx, random_f32};
+use crate::{
+    discover_graphs, CaptureMode, DeviceBuffer, Dynamic, HostPatcher, LaunchConfig, Stream,
+    Unexplained,
+};
+
+fn dynamic(b: &DeviceBuffer<f32>) -> Dynamic {
+    Dynamic {
+        base: b.as_raw(),
+        len: b.num_bytes() as u64,
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn discovery_patches_addresses_and_refuses_a_coincidence() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let alloc = || DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    // Dynamic: the input x and the output y. `s`/`s2` are static inputs of a second kernel;
+    // in the first capture `s` happens to be what is declared as dynamic buffer 2.
+    let (x, y, s, s2, z) = (
+        [alloc(), alloc()],
+        [alloc(), alloc()],
+        alloc(),
+        alloc(),
+        alloc(),
+    );
+    let other = alloc();
+    let capture = |i: usize, static_in: &DeviceBuffer<f32>| {
+        stream
+            .capture(CaptureMode::Global, |scope| {
+                // SAFETY: add1 over N floats of distinct N-float buffers.
+                unsafe {
+                    scope.launch(&f, &cfg, (&x[i], &y[i], N as i32))?;
+                    scope.launch(&f, &cfg, (static_in, &z, N as i32))?;
+                }
+                Ok(())
+            })
+            .unwrap()
+    };
+    let (first, second) = (capture(0, &s), capture(1, &s2));
+    let (snaps, d) = discover_graphs(
+        &first,
+        &second,
+        &[dynamic(&x[0]), dynamic(&y[0]), dynamic(&s)],
+        &[dynamic(&x[1]), dynamic(&y[1]), dynamic(&other)],
+    )
+    .unwrap();
+    // Node 0's x and y are patched; node 1's input (equal to buffer 2 in the first capture
+    // only) is reported, not patched; buffer 2 is seen by no node.
+    let patched: Vec<(usize, usize)> = d.patches.iter().map(|p| (p.node, p.buffer)).collect();
+    assert_eq!(patched, [(0, 0), (0, 1)]);
+    assert!(matches!(
+        d.unexplained.as_slice(),
+        [Unexplained::WordDiffers { node: 1, .. }]
+    ));
+    assert_eq!(d.unseen, [2]);
+    assert!(!snaps[0].via_extra);
+
+    // Rebind the first capture's exec to fresh buffers before each of 20 replays.
+    let exec = first.instantiate().unwrap();
+    let mut patcher = HostPatcher::new(&snaps, &d, 3).unwrap();
+    assert_eq!((patcher.node_count(), patcher.patch_count()), (1, 2));
+    let mut runs = Vec::new();
+    for _ in 0..20 {
+        let host = random_f32(N);
+        let (xi, yi) = (DeviceBuffer::from_host(&ctx, &host).unwrap(), alloc());
+        // SAFETY: N-float buffers, kept until the end of the test.
+        unsafe {
+            patcher
+                .rebind(&exec, &[xi.as_raw(), yi.as_raw(), 0])
+                .unwrap()
+        };
+        exec.launch(&stream).unwrap();
+        runs.push((host, xi, yi));
+    }
+    stream.synchronize().unwrap();
+    for (host, _, yi) in &runs {
+        let want: Vec<f64> = host.iter().map(|&v| v as f64 + 1.0).collect();
+        assert_close(&yi.to_vec().unwrap(), &want, 1e-7);
+    }
+    // The static node still reads `s` (never patched).
+    assert!(z.to_vec().unwrap().iter().all(|&v| v == 1.0));
+    // SAFETY: refused before any update.
+    unsafe { assert!(patcher.rebind(&exec, &[0, 0]).is_err()) };
+}
+
+/// bf16 bits of `v` (round to nearest even).
+fn bf16(v: f32) -> u16 {
+    let b = v.to_bits();
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+fn from_bf16(b: u16) -> f32 {
+    f32::from_bits((b as u32) << 16)
+}
+
+/// One GEMM of the captured sequence: C (m×n) = A (m×k) · B (k×n), column-major.
+struct Gemm {
+    m: usize,
+    bf16: bool,
+}
+
+/// 100 replays of a captured sequence of cuBLAS GEMMs (bf16 GemmEx at M = 1, 16, 64 and sgemm
+/// at M = 1, 16; N = K = 4096), A, B and C of every GEMM rebound to fresh buffers (random
+/// contents) before each replay through discovery + host node updates, no synchronization
+/// between replays; sampled outputs of every replay checked against a CPU reference.
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn cublas_gemms_rebound_by_discovery_every_replay() {
+    use crate::{Cublas, CublasOp};
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let blas = Cublas::new(&stream).unwrap();
+    let sanitized = std::env::var_os("GRAPH_RT_SANITIZER").is_some();
+    let (nk, replays) = if sanitized { (512, 3) } else { (4096, 100) };
+    let gemms = [
+        Gemm { m: 1, bf16: true },
+        Gemm { m: 16, bf16: true },
+        Gemm { m: 64, bf16: true },
+        Gemm { m: 1, bf16: false },
+        Gemm { m: 16, bf16: false },
+    ];
+    // A pool of random contents per GEMM operand; fresh buffers are copies of them.
+    let pool = |len: usize, seeds: usize| -> Vec<Vec<f32>> {
+        (0..seeds).map(|_| random_f32(len)).collect()
+    };
+    // Element buffers: f32 as is, bf16 as u16 bits; one "set" = A, B, C of every GEMM.
+    enum Buf {
+        F(DeviceBuffer<f32>),
+        H(DeviceBuffer<u16>),
+    }
+    impl Buf {
+        fn raw(&self) -> u64 {
+            match self {
+                Buf::F(b) => b.as_raw(),
+                Buf::H(b) => b.as_raw(),
+            }
+        }
+        fn bytes(&self) -> u64 {
+            match self {
+                Buf::F(b) => b.num_bytes() as u64,
+                Buf::H(b) => b.num_bytes() as u64,
+            }
+        }
+        fn host(&self) -> Vec<f32> {
+            match self {
+                Buf::F(b) => b.to_vec().unwrap(),
+                Buf::H(b) => b.to_vec().unwrap().into_iter().map(from_bf16).collect(),
+            }
+        }
+    }
+    let upload = |v: &[f32], half: bool| {
+        if half {
+            let h: Vec<u16> = v.iter().map(|&x| bf16(x)).collect();
+            Buf::H(DeviceBuffer::from_host(&ctx, &h).unwrap())
+        } else {
+            Buf::F(DeviceBuffer::from_host(&ctx, v).unwrap())
+        }
+    };
+    let pools: Vec<[Vec<Vec<f32>>; 2]> = gemms
+        .iter()
+        .map(|g| [pool(g.m * nk, 3), pool(nk * nk, 2)])
+        .collect();
+    // A set of fresh buffers: operands from pool entry `r` (and B from `r % 2`), C zero.
+    let make_set = |r: usize| -> Vec<[Buf; 3]> {
+        gemms
+            .iter()
+            .zip(&pools)
+            .map(|(g, [pa, pb])| {
+                let c = vec![0.0f32; g.m * nk];
+                [
+                    upload(&pa[r % 3], g.bf16),
+                    upload(&pb[r % 2], g.bf16),
+                    upload(&c, g.bf16),
+                ]
+            })
+            .collect()
+    };
+    let run = |set: &mut Vec<[Buf; 3]>| {
+        for (g, [a, b, c]) in gemms.iter().zip(set.iter_mut()) {
+            match (a, b, c) {
+                (Buf::H(a), Buf::H(b), Buf::H(c)) => blas
+                    .gemm_bf16(
+                        CublasOp::N,
+                        CublasOp::N,
+                        g.m,
+                        nk,
+                        nk,
+                        1.0,
+                        a,
+                        g.m,
+                        b,
+                        nk,
+                        0.0,
+                        c,
+                        g.m,
+                    )
+                    .unwrap(),
+                (Buf::F(a), Buf::F(b), Buf::F(c)) => blas
+                    .sgemm(
+                        CublasOp::N,
+                        CublasOp::N,
+                        g.m,
+                        nk,
+                        nk,
+                        1.0,
+                        a,
+                        g.m,
+                        b,
+                        nk,
+                        0.0,
+                        c,
+                        g.m,
+                    )
+                    .unwrap(),
+                _ => unreachable!(),
+            }
+        }
+    };
+    let (mut s0, mut s1) = (make_set(0), make_set(1));
+    run(&mut s0); // warm-up: cuBLAS picks and loads its kernels outside the capture
+    stream.synchronize().unwrap();
+    let capture = |set: &mut Vec<[Buf; 3]>| {
+        stream
+            .capture(CaptureMode::Global, |_| {
+                run(set);
+                Ok(())
+            })
+            .unwrap()
+    };
+    let (first, second) = (capture(&mut s0), capture(&mut s1));
+    let dynamics = |set: &Vec<[Buf; 3]>| -> Vec<Dynamic> {
+        set.iter()
+            .flat_map(|ops| {
+                ops.iter().map(|b| Dynamic {
+                    base: b.raw(),
+                    len: b.bytes(),
+                })
+            })
+            .collect()
+    };
+    let (snaps, d) = discover_graphs(&first, &second, &dynamics(&s0), &dynamics(&s1)).unwrap();
+    println!(
+        "discover: {} kernel nodes ({} via extra), {} words patched in {} nodes, unexplained {:?}, unseen {:?}",
+        snaps.len(),
+        snaps.iter().filter(|s| s.via_extra).count(),
+        d.patches.len(),
+        d.patches.iter().map(|p| p.node).collect::<std::collections::BTreeSet<_>>().len(),
+        d.unexplained,
+        d.unseen
+    );
+    assert!(d.unseen.is_empty(), "a dynamic buffer was found in no node");
+    let exec = first.instantiate().unwrap();
+    let mut patcher = HostPatcher::new(&snaps, &d, 3 * gemms.len()).unwrap();
+    let sets: Vec<Vec<[Buf; 3]>> = (0..replays).map(|r| make_set(r + 2)).collect();
+    for set in &sets {
+        let bases: Vec<u64> = set
+            .iter()
+            .flat_map(|ops| ops.iter().map(Buf::raw))
+            .collect();
+        // SAFETY: buffers of the captured shapes, kept until the end of the test.
+        unsafe { patcher.rebind(&exec, &bases).unwrap() };
+        exec.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    // Sampled entries of every C against a CPU reference (f64 accumulation over bf16- or
+    // f32-rounded inputs).
+    let mut worst = 0.0f64;
+    let round = |v: &[f32], half: bool| -> Vec<f32> {
+        v.iter()
+            .map(|&x| if half { from_bf16(bf16(x)) } else { x })
+            .collect()
+    };
+    // The operands as uploaded (bf16-rounded where bf16), per GEMM and pool entry.
+    type Operands = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+    let host_ops: Vec<Operands> = gemms
+        .iter()
+        .zip(&pools)
+        .map(|(g, [pa, pb])| {
+            (
+                pa.iter().map(|v| round(v, g.bf16)).collect(),
+                pb.iter().map(|v| round(v, g.bf16)).collect(),
+            )
+        })
+        .collect();
+    for (r, set) in sets.iter().enumerate() {
+        for (gi, (g, [_, _, c])) in gemms.iter().zip(set).enumerate() {
+            let (ha, hb, hc) = (
+                &host_ops[gi].0[(r + 2) % 3],
+                &host_ops[gi].1[(r + 2) % 2],
+                c.host(),
+            );
+            for t in 0..16 {
+                let (i, j) = ((t * 7 + r) % g.m, (t * 977 + r * 31 + gi) % nk);
+                let want: f64 = (0..nk)
+                    .map(|l| ha[i + l * g.m] as f64 * hb[l + j * nk] as f64)
+                    .sum();
+                let got = hc[i + j * g.m] as f64;
+                let tol = if g.bf16 { 1.0 / 128.0 } else { 1e-4 } * (want.abs() + 1.0);
+                worst = worst.max((got - want).abs() / (want.abs() + 1.0));
+                assert!(
+                    (got - want).abs() <= tol,
+                    "replay {r}, GEMM {gi} (m={}, bf16={}): C[{i},{j}] = {got}, CPU {want}",
+                    g.m,
+                    g.bf16
+                );
+            }
+        }
+    }
+    println!("discover: {replays} replays right; worst relative error {worst:.2e}");
+}
