@@ -40,17 +40,6 @@ struct Case {
     turn: usize,
 }
 
-fn scalar(a: &Value) -> TritonArg<'static> {
-    let v = &a["value"];
-    match a["type"].as_str().expect("type") {
-        "i32" => TritonArg::i32(v.as_i64().expect("i32") as i32),
-        "i64" => TritonArg::i64(v.as_i64().expect("i64")),
-        "fp32" => TritonArg::f32(v.as_f64().expect("fp32") as f32),
-        "i1" | "u1" => TritonArg::bool(v.as_bool().expect("bool")),
-        t => panic!("scalar type {t}"),
-    }
-}
-
 type Buffers = Vec<(String, DeviceBuffer<u8>)>;
 
 fn buffer<'b>(set: &'b Buffers, name: &str) -> &'b DeviceBuffer<u8> {
@@ -78,21 +67,15 @@ fn launch_args<'a>(
         .map(|(a, s)| match (s, a.get("buffer")) {
             (Some(s), _) => TritonArg::ptr_slot(s),
             (None, Some(b)) => TritonArg::buffer(buffer(set, b.as_str().expect("name"))),
-            (None, None) => scalar(a),
+            (None, None) => TritonFixture::scalar(a),
         })
         .collect()
 }
 
 impl Case {
     fn new(ctx: &Context, stream: &Stream, fx: &TritonFixture, form: TritonForm) -> Case {
-        let m: Value = serde_json::from_str(fx.manifest).expect("manifest");
-        let files = TritonFiles {
-            metadata: fx.json.into(),
-            ptx: Some(fx.ptx.into()),
-            cubin: Some(fx.cubin.to_vec()),
-            ttir: Some(fx.ttir.into()),
-        };
-        let kernel = TritonKernel::load(ctx, &files, form).expect("load");
+        let m = fx.manifest();
+        let kernel = TritonKernel::load(ctx, &fx.files(), form).expect("load");
         let g: Vec<u32> = m["grid"]
             .as_array()
             .expect("grid")

@@ -46,16 +46,11 @@ fn main() -> ExitCode {
 }
 
 fn files(name: &str) -> TritonFiles {
-    let fx = TRITON_FIXTURES
+    TRITON_FIXTURES
         .iter()
         .find(|f| f.name == name)
-        .expect("fixture");
-    TritonFiles {
-        metadata: fx.json.into(),
-        ptx: Some(fx.ptx.into()),
-        cubin: Some(fx.cubin.to_vec()),
-        ttir: Some(fx.ttir.into()),
-    }
+        .expect("fixture")
+        .files()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

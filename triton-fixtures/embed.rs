@@ -1,6 +1,8 @@
 // The Triton fixtures (triton-fixtures/*, made by make.py on an H200), embedded at compile time
 // so that tests and examples never read the source tree at run time. `include!` this file after
-// defining `triton_fixtures_dir!()` to expand to the folder's path (a literal ending in `/`).
+// defining `triton_fixtures_dir!()` to expand to the folder's path (a literal ending in `/`), with
+// `TritonFiles` and `TritonArg` (of graph_rt or graph_rt_core) in scope and serde_json a
+// dependency.
 
 /// One fixture: Triton's cache files for the kernel, the manifest, and the buffers' bytes
 /// before and after Triton's own launch.
@@ -14,6 +16,41 @@ pub struct TritonFixture {
     pub ttir: &'static str,
     pub manifest: &'static str,
     pub buffers: &'static [u8],
+}
+
+#[allow(dead_code)]
+impl TritonFixture {
+    /// The fixture's cache files, as `TritonFiles::read` would give them.
+    pub fn files(&self) -> TritonFiles {
+        TritonFiles {
+            metadata: self.json.into(),
+            ptx: Some(self.ptx.into()),
+            cubin: Some(self.cubin.to_vec()),
+            ttir: Some(self.ttir.into()),
+        }
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> serde_json::Value {
+        serde_json::from_str(self.manifest).expect("a fixture's manifest is JSON")
+    }
+
+    /// A scalar argument of the manifest, as Triton's launcher passed it.
+    pub fn scalar(arg: &serde_json::Value) -> TritonArg<'static> {
+        let v = &arg["value"];
+        let (int, uint, float) = (v.as_i64(), v.as_u64(), v.as_f64());
+        let made = match arg["type"].as_str().unwrap_or_default() {
+            "i32" => int.map(|x| TritonArg::i32(x as i32)),
+            "u32" => uint.map(|x| TritonArg::u32(x as u32)),
+            "i64" => int.map(TritonArg::i64),
+            "u64" => uint.map(TritonArg::u64),
+            "fp32" => float.map(|x| TritonArg::f32(x as f32)),
+            "fp64" => float.map(TritonArg::f64),
+            "i1" | "u1" => v.as_bool().map(TritonArg::bool),
+            _ => None,
+        };
+        made.unwrap_or_else(|| panic!("fixture argument {arg}"))
+    }
 }
 
 macro_rules! triton_fixture {

@@ -22,19 +22,6 @@ include!(concat!(
     "/../triton-fixtures/embed.rs"
 ));
 
-fn files(fx: &TritonFixture) -> TritonFiles {
-    TritonFiles {
-        metadata: fx.json.into(),
-        ptx: Some(fx.ptx.into()),
-        cubin: Some(fx.cubin.to_vec()),
-        ttir: Some(fx.ttir.into()),
-    }
-}
-
-fn manifest(fx: &TritonFixture) -> Value {
-    serde_json::from_str(fx.manifest).unwrap()
-}
-
 fn forms() -> [(&'static str, TritonForm); 3] {
     let pdl = graph_rt_ptx::Options {
         pdl: true,
@@ -94,21 +81,6 @@ fn grid(m: &Value) -> [u32; 3] {
     [g[0], g[1], g[2]]
 }
 
-/// A scalar argument of the manifest as Triton passed it.
-fn scalar(a: &Value) -> TritonArg<'static> {
-    let v = &a["value"];
-    match a["type"].as_str().unwrap() {
-        "i32" => TritonArg::i32(v.as_i64().unwrap() as i32),
-        "u32" => TritonArg::u32(v.as_u64().unwrap() as u32),
-        "i64" => TritonArg::i64(v.as_i64().unwrap()),
-        "u64" => TritonArg::u64(v.as_u64().unwrap()),
-        "fp32" => TritonArg::f32(v.as_f64().unwrap() as f32),
-        "fp64" => TritonArg::f64(v.as_f64().unwrap()),
-        "i1" | "u1" => TritonArg::bool(v.as_bool().unwrap()),
-        t => panic!("scalar type {t}"),
-    }
-}
-
 fn buffer_of<'b>(bufs: &'b [(String, DeviceBuffer<u8>)], name: &str) -> &'b DeviceBuffer<u8> {
     &bufs.iter().find(|(n, _)| n == name).unwrap().1
 }
@@ -121,7 +93,7 @@ fn launch_once(
     fx: &TritonFixture,
     kernel: &TritonKernel,
 ) -> Vec<(String, DeviceBuffer<u8>)> {
-    let m = manifest(fx);
+    let m = fx.manifest();
     let bufs = upload(ctx, fx, &m);
     let args_m = m["args"].as_array().unwrap();
     let mut table = ArgTable::new(ctx, TableOptions::default()).unwrap();
@@ -143,7 +115,7 @@ fn launch_once(
         .map(|(a, slot)| match (slot, a.get("buffer")) {
             (Some(s), _) => TritonArg::ptr_slot(s),
             (None, Some(b)) => TritonArg::buffer(buffer_of(&bufs, b.as_str().unwrap())),
-            (None, None) => scalar(a),
+            (None, None) => TritonFixture::scalar(a),
         })
         .collect();
     // SAFETY: the fixture's own buffers and arguments, as Triton launched them.
@@ -168,10 +140,10 @@ fn triton_fixtures_give_tritons_bytes_in_every_form() {
     let stream = Stream::new(&ctx).unwrap();
     for fx in TRITON_FIXTURES {
         for (what, form) in forms() {
-            let kernel = TritonKernel::load(&ctx, &files(fx), form).unwrap();
+            let kernel = TritonKernel::load(&ctx, &fx.files(), form).unwrap();
             assert_eq!(kernel.from_cubin(), what == "original");
             let bufs = launch_once(&ctx, &stream, fx, &kernel);
-            check(fx, &manifest(fx), &bufs, what);
+            check(fx, &fx.manifest(), &bufs, what);
         }
     }
 }
@@ -180,8 +152,8 @@ fn triton_fixtures_give_tritons_bytes_in_every_form() {
 /// bound to fresh buffers (holding the fixture's inputs) before each, no synchronization until
 /// the end; then every replay's buffers are checked. Returns the GPU µs of one replay.
 fn replay_rebound(ctx: &Context, stream: &Stream, fx: &TritonFixture, form: TritonForm) -> f64 {
-    let m = manifest(fx);
-    let kernel = TritonKernel::load(ctx, &files(fx), form).unwrap();
+    let m = fx.manifest();
+    let kernel = TritonKernel::load(ctx, &fx.files(), form).unwrap();
     let mut table = ArgTable::new(ctx, TableOptions::default()).unwrap();
     let args_m = m["args"].as_array().unwrap();
     let slots: Vec<Option<PtrSlot<u8>>> = kernel
@@ -198,7 +170,7 @@ fn replay_rebound(ctx: &Context, stream: &Stream, fx: &TritonFixture, form: Trit
                 .zip(&slots)
                 .map(|(a, s)| match s {
                     Some(s) => TritonArg::ptr_slot(s),
-                    None => scalar(a),
+                    None => TritonFixture::scalar(a),
                 })
                 .collect();
             // SAFETY: every slot is bound to a fresh copy of the fixture's buffer before each
@@ -258,7 +230,7 @@ fn triton_specialization_breaks_are_typed_errors() {
     let stream = Stream::new(&ctx).unwrap();
     let fx = TRITON_FIXTURES.iter().find(|f| f.name == "add").unwrap();
     // add_kernel(x, y, out, n): every pointer and n compiled as divisible by 16.
-    let kernel = TritonKernel::load(&ctx, &files(fx), TritonForm::Original).unwrap();
+    let kernel = TritonKernel::load(&ctx, &fx.files(), TritonForm::Original).unwrap();
     assert!(kernel.params().iter().all(|p| p.divisible_16));
     let bufs: Vec<DeviceBuffer<f32>> = (0..3)
         .map(|_| DeviceBuffer::zeroed(&ctx, 4100).unwrap())
@@ -291,7 +263,7 @@ fn triton_specialization_breaks_are_typed_errors() {
         scalars: vec!["add_kernel:3".parse().unwrap()],
         ..Default::default()
     };
-    let table_kernel = TritonKernel::load(&ctx, &files(fx), TritonForm::Table(options)).unwrap();
+    let table_kernel = TritonKernel::load(&ctx, &fx.files(), TritonForm::Table(options)).unwrap();
     let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
     let loose: PtrSlot<f32> = table.ptr_slot_with(4, 0).unwrap();
     let p: Vec<PtrSlot<f32>> = (0..3).map(|_| table.ptr_slot().unwrap()).collect();
