@@ -377,10 +377,11 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
 /// A graph reading 16 KiB of an input of 1 MiB, 64 MiB or 1 GiB, where only the input moves
 /// between steps (two inputs of each size, alternating): the static graph with the whole input
 /// copied into the buffer it reads, vs the table + PDL form with the input's slot rebound. Wall
-/// µs per synchronized step. The three table cases run interleaved with each other, as do the
+/// µs per synchronized step (1,000 rounds), and GPU µs of the table steps between events. The
+/// three table cases run interleaved with each other, as do the
 /// three copies: a 1 GiB copy between table steps would evict the L2 cache and the TLB the
 /// table steps read through, and measure that instead of the table.
-fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64)> {
+fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64, f64)> {
     const MIBS: [usize; 3] = [1, 64, 1024];
     let plain = load(ctx, graph_rt::kernels::CHAIN.ptx, "add1");
     let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
@@ -443,7 +444,32 @@ fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64)> {
             (names[i], f)
         })
         .collect();
-    let table = common::interleave(300, table_cases);
+    let table = common::interleave(1000, table_cases);
+    // The same steps' GPU time between events (refresh + kernel), interleaved likewise.
+    let (start, end) = (
+        Event::new(stream.context(), EventFlags::Timing).expect("event"),
+        Event::new(stream.context(), EventFlags::Timing).expect("event"),
+    );
+    let gpu_cases: Vec<common::Variant> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, size)| {
+            let (next, start, end) = (&next, &start, &end);
+            let f: Box<dyn FnMut() -> f64 + '_> = Box::new(move || {
+                let input = &size.inputs[next(i)];
+                let mut c = size.chain.borrow_mut();
+                let TableChain { table, slots, .. } = &mut *c;
+                table.bind(&slots[0], input).expect("bind");
+                start.record(stream).expect("record");
+                c.launch(stream);
+                end.record(stream).expect("record");
+                end.synchronize().expect("sync");
+                Event::elapsed_ms(start, end).expect("elapsed") as f64 * 1e3
+            });
+            (names[i], f)
+        })
+        .collect();
+    let gpu = common::interleave(1000, gpu_cases);
     let copy_cases: Vec<common::Variant> = sizes
         .iter()
         .enumerate()
@@ -467,8 +493,8 @@ fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64)> {
         .collect();
     let copy = common::interleave(100, copy_cases);
     MIBS.iter()
-        .zip(table.iter().zip(&copy))
-        .map(|(mib, (t, c))| (*mib, c.1, t.1))
+        .zip(table.iter().zip(&copy).zip(&gpu))
+        .map(|(mib, ((t, c), g))| (*mib, c.1, t.1, g.1))
         .collect()
 }
 
@@ -547,14 +573,16 @@ fn main() {
         );
     }
     println!("\ntable: a graph reading 16 KiB of a large input, only the input moving; wall µs per synchronized step");
-    let one_mib = big.first().map_or(f64::NAN, |r| r.2);
-    for (mib, copy, table) in &big {
+    let (one_mib, one_mib_gpu) = big.first().map_or((f64::NAN, f64::NAN), |r| (r.2, r.3));
+    for (mib, copy, table, gpu) in &big {
         println!(
-            "table: input {:>4} MiB: static, input copied in {:.1} · table+PDL, input rebound {:.1} ({:.3}× the 1 MiB case)",
+            "table: input {:>4} MiB: static, input copied in {:.1} · table+PDL, input rebound {:.2} ({:.3}× the 1 MiB case; GPU time {:.2} µs, {:.3}×)",
             mib,
             copy,
             table,
-            table / one_mib
+            table / one_mib,
+            gpu,
+            gpu / one_mib_gpu
         );
     }
 }
