@@ -78,3 +78,23 @@ fn arguments_are_checked_against_kind_size_and_specialization() {
         assert!(check_args(&params, &bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn cache_files_are_read_by_name_and_missing_ones_said() {
+    use super::kernel::TritonFiles;
+    let dir = std::env::temp_dir().join(format!("graph-rt-triton-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // No metadata: an error naming the path.
+    let e = TritonFiles::read(&dir, "k").unwrap_err().to_string();
+    assert!(e.contains("k.json"), "{e}");
+    std::fs::write(dir.join("k.json"), r#"{"name":"k","num_warps":4}"#).unwrap();
+    std::fs::write(dir.join("k.ttir"), "tt.func public @k(%a: i32) {").unwrap();
+    let f = TritonFiles::read(&dir, "k").unwrap();
+    assert!(f.metadata.contains("num_warps"));
+    assert!(f.ptx.is_none() && f.cubin.is_none() && f.ttir.is_some());
+    // PTX that is not UTF-8 is an error, not a panic.
+    std::fs::write(dir.join("k.ptx"), [0xff, 0xfe, 0x00]).unwrap();
+    let e = TritonFiles::read(&dir, "k").unwrap_err().to_string();
+    assert!(e.contains("k.ptx"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
