@@ -29,6 +29,7 @@
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
 // <- `graph/` <- `table/` (scripts/check-module-cycles fails CI on a cycle between folders).
+mod choose;
 mod cublas;
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
@@ -41,6 +42,7 @@ mod resource;
 mod table;
 mod triton;
 
+pub use choose::{choose, Choice, CostModel, GraphShape, Line, Mechanism, Prediction};
 pub use cublas::{Cublas, Op as CublasOp};
 pub use discover::{
     discover, discover_graphs, kernel_snapshots, Discovery, Dynamic, HostPatcher, KernelSnapshot,
