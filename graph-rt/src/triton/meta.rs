@@ -254,6 +254,62 @@ mod tests {
         assert!(ttir_args("tt.func public @k(%a: i32", "k").is_err());
     }
 
+    /// Mutated signatures and metadata (bytes replaced, dropped, duplicated, cut) give an answer
+    /// or an error, never a panic.
+    #[test]
+    fn mutated_inputs_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(20261130);
+        let json = r#"{"name":"k","num_warps":8,"num_ctas":2,"cluster_dims":[2,1,1],"shared":98304,"global_scratch_size":0,"profile_scratch_size":0,"launch_pdl":true,"target":{"arch":90}}"#;
+        let pieces = [
+            "(",
+            ")",
+            "{",
+            "}",
+            "<",
+            ">",
+            ",",
+            "%",
+            ":",
+            " loc(",
+            "tt.divisibility = 16",
+            "@k(",
+            "\u{e9}",
+            "[",
+            "]",
+            "\"",
+            "-1",
+            "1e99",
+        ];
+        for (seed, name) in [(TTIR, "scale_bf16_kernel"), (json, "k")] {
+            for _ in 0..20_000 {
+                let mut t: Vec<char> = seed.chars().collect();
+                for _ in 0..rng.random_range(1..6) {
+                    let at = rng.random_range(0..=t.len());
+                    match rng.random_range(0..4) {
+                        0 if at < t.len() => {
+                            t.remove(at);
+                        }
+                        1 => t
+                            .splice(at..at, pieces[rng.random_range(0..pieces.len())].chars())
+                            .for_each(drop),
+                        2 => t.truncate(at),
+                        _ if at < t.len() => {
+                            t[at] = pieces[rng.random_range(0..pieces.len())]
+                                .chars()
+                                .next()
+                                .unwrap_or('x')
+                        }
+                        _ => {}
+                    }
+                }
+                let text: String = t.into_iter().collect();
+                let _ = ttir_args(&text, name);
+                let _ = TritonMetadata::from_json(&text).map(|m| m.ctas());
+            }
+        }
+    }
+
     #[test]
     fn metadata_of_each_triton_version() {
         let m36 = TritonMetadata::from_json(
