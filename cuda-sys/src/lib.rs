@@ -53,7 +53,7 @@ mod loader;
 pub use bindings::*;
 pub use functions::*;
 pub use loader::{
-    driver, format_version, Driver, LoadError, Symbol, HEADER_VERSION, LIBRARY_NAME,
+    driver, format_version, with_sources, Driver, LoadError, Symbol, HEADER_VERSION, LIBRARY_NAME,
     MIN_DRIVER_VERSION, SIMULATE_VERSION_ENV,
 };
 

@@ -102,8 +102,9 @@ type GetProcAddress = unsafe extern "C" fn(
 ) -> CUresult;
 
 /// An error's message followed by its sources' (libloading 0.9 keeps what `dlerror` said in the
-/// source of its `DlOpen` error; 0.8 in the message).
-fn with_sources(e: &dyn std::error::Error) -> String {
+/// source of its `DlOpen` error; 0.8 in the message). Also used by graph-rt's other run-time
+/// loaded libraries (cuBLAS).
+pub fn with_sources(e: &dyn std::error::Error) -> String {
     let mut message = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

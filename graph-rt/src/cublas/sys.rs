@@ -7,7 +7,7 @@
 use std::ffi::{c_int, c_longlong, c_void, OsStr, OsString};
 use std::sync::OnceLock;
 
-use cuda_sys::CUstream;
+use cuda_sys::{with_sources, CUstream};
 use libloading::Library;
 
 use crate::error::{Error, Result};
@@ -234,19 +234,6 @@ unsafe fn symbol<T: Copy>(library: &Library, name: &[u8]) -> Result<T, String> {
             with_sources(&e)
         )),
     }
-}
-
-/// An error's message followed by its sources' (libloading 0.9 keeps what `dlerror` said in the
-/// source of its error; 0.8 in the message).
-fn with_sources(e: &dyn std::error::Error) -> String {
-    let mut message = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    message
 }
 
 /// The name of a `cublasStatus_t`.
