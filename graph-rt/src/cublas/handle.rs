@@ -60,6 +60,9 @@ pub struct Cublas {
     lib: &'static CublasLib,
     stream: Stream,
     workspace: DeviceBuffer<u8>,
+    // Inside `record`: what the GEMMs used, for the capture's graph to keep alive.
+    recording: Cell<bool>,
+    kept: std::cell::RefCell<Vec<Resource>>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -114,6 +117,8 @@ impl Cublas {
             // The same stream, kept alive by this value (it is not destroyed through it).
             stream: Stream::wrap_owned(stream.as_raw(), ctx, false, Some(resource)),
             workspace,
+            recording: Cell::new(false),
+            kept: std::cell::RefCell::new(Vec::new()),
             _not_sync: PhantomData,
         };
         // SAFETY: valid handle and stream of the current context.
@@ -127,6 +132,31 @@ impl Cublas {
             (lib.set_workspace)(this.handle, this.workspace.as_raw() as *mut c_void, bytes)
         })?;
         Ok(this)
+    }
+
+    /// Runs `gemms` (this handle's GEMMs) inside the capture `scope` of the handle's stream, and
+    /// has the capture's graph keep alive every buffer they use and the workspace: replays then
+    /// read valid memory whatever the caller drops. Outside `record`, a GEMM on a capturing
+    /// stream is refused (its graph would keep nothing alive).
+    pub fn record<R>(
+        &self,
+        scope: &crate::CaptureScope<'_>,
+        gemms: impl FnOnce(&Self) -> Result<R>,
+    ) -> Result<R> {
+        if scope.stream().as_raw() != self.stream.as_raw() {
+            return Err(Error::invalid(
+                "Cublas::record",
+                "the capture is of another stream than the handle's",
+            ));
+        }
+        self.recording.set(true);
+        let r = gemms(self);
+        self.recording.set(false);
+        for res in self.kept.take() {
+            scope.keep_alive(res);
+        }
+        scope.keep_alive(self.workspace_resource());
+        r
     }
 
     /// The raw `cublasHandle_t`, for cuBLAS calls graph-rt does not wrap. Do not destroy it,
@@ -389,6 +419,18 @@ impl Cublas {
                     format!("{name} belongs to another context than the handle's stream"),
                 ));
             }
+        }
+        if self.recording.get() {
+            let mut kept = self.kept.borrow_mut();
+            for b in buffers {
+                let r: Arc<Allocation> = b.allocation().clone();
+                kept.push(r);
+            }
+        } else if self.stream.capture_status()? != CaptureStatus::None {
+            return Err(Error::invalid(
+                call,
+                "the handle's stream is capturing: call the GEMMs inside Cublas::record(scope, ..), so that the graph keeps their buffers alive",
+            ));
         }
         self.bind()?;
         Ok(dims)

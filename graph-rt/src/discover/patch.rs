@@ -28,13 +28,39 @@ pub struct HostPatcher {
 impl HostPatcher {
     /// The patcher of `discovery`'s patches on the nodes of `first` (the snapshots of the graph
     /// the exec is instantiated from). An error if the discovery names a node `first` lacks.
+    ///
+    /// A discovery that left differences unexplained is refused: those words would keep the
+    /// first capture's values on every replay (addresses of buffers that may be gone). Use
+    /// [`HostPatcher::with_unexplained`] when they are known to be harmless.
     pub fn new(first: &[KernelSnapshot], discovery: &Discovery, buffers: usize) -> Result<Self> {
+        if !discovery.unexplained.is_empty() {
+            return Err(Error::invalid(
+                "HostPatcher::new",
+                format!(
+                    "the discovery left {} difference(s) unexplained (first: {:?}): rebinding would leave them as captured",
+                    discovery.unexplained.len(),
+                    discovery.unexplained[0]
+                ),
+            ));
+        }
+        Self::with_unexplained(first, discovery, buffers)
+    }
+
+    /// As [`HostPatcher::new`], patching what was discovered even where other words differ
+    /// between the captures (they keep the first capture's values).
+    pub fn with_unexplained(
+        first: &[KernelSnapshot],
+        discovery: &Discovery,
+        buffers: usize,
+    ) -> Result<Self> {
+        let mut patches = discovery.patches.clone();
+        patches.sort_by_key(|p| (p.node, p.offset));
         let mut nodes: Vec<PatchedNode> = Vec::new();
-        for p in &discovery.patches {
+        for p in &patches {
             let snap = first.get(p.node).ok_or_else(|| {
                 Error::invalid("HostPatcher::new", format!("no kernel node {}", p.node))
             })?;
-            if p.buffer >= buffers || p.offset + 8 > snap.params.bytes.len() {
+            if p.buffer >= buffers || p.offset.saturating_add(8) > snap.params.bytes.len() {
                 return Err(Error::invalid("HostPatcher::new", "a patch out of range"));
             }
             match nodes.last_mut() {

@@ -123,7 +123,7 @@ pub fn discover(
             continue;
         }
         for &(start, size) in &a.layout {
-            let end = (start + size).min(a.bytes.len());
+            let end = start.saturating_add(size).min(a.bytes.len());
             let mut offset = start.next_multiple_of(8);
             while offset + 8 <= end {
                 let word = |bytes: &[u8]| {

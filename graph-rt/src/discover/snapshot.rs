@@ -35,8 +35,11 @@ unsafe impl Send for KernelSnapshot {}
 pub fn kernel_snapshots(graph: &Graph) -> Result<Vec<KernelSnapshot>> {
     const CALL: &str = "cuGraphKernelNodeGetParams";
     let mut out = Vec::new();
-    for node in graph.nodes()? {
-        let _guard = graph.handle.lock(CALL)?;
+    let nodes = graph.nodes()?;
+    // One lock for the whole read: the parameter pointers the driver returns stay valid while
+    // no one changes the graph.
+    let _guard = graph.handle.lock(CALL)?;
+    for node in nodes {
         let raw = node.as_raw();
         let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: a node of this live graph; valid out-pointer.

@@ -166,6 +166,12 @@ impl Graph {
 
     /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
     pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
+        if child.launch_key.is_some() && self.launch_key.is_some() {
+            return Err(Error::invalid(
+                "cuGraphAddChildGraphNode",
+                "both graphs refresh an argument table: one refresh per graph",
+            ));
+        }
         let _child_guard = child.handle.lock("cuGraphAddChildGraphNode")?;
         // SAFETY: valid graphs; the driver clones the child.
         let node = self.add_node("cuGraphAddChildGraphNode", deps, |n, g, d, len| unsafe {
@@ -174,6 +180,8 @@ impl Graph {
         self.kept().extend(child.keep.iter().cloned());
         self.functions
             .extend(child.functions.iter().map(|(k, f)| (*k, f.clone())));
+        // Replays then go through the child's table, which refreshes before each launch.
+        self.launch_key = self.launch_key.or(child.launch_key);
         Ok(node)
     }
 

@@ -141,7 +141,13 @@ impl<'s> CaptureScope<'s> {
                 call,
                 "the graph already refreshes another argument table: one table per graph",
             )),
-            _ => {
+            // Two refreshes per launch would run the table's device counter ahead of its
+            // launches (each refresh takes the next mirror).
+            Some(_) => Err(Error::invalid(
+                call,
+                "the graph already refreshes this table: record its refresh once per graph",
+            )),
+            None => {
                 self.launch_key.set(Some(key));
                 self.full_next.set(true);
                 Ok(())
@@ -441,10 +447,16 @@ impl Stream {
             )
         })
         .map_err(Error::into_capture)?;
+        let existing_key = graph.launch_key;
         let mut active = ActiveCapture::new(self, Some(graph), no_release);
+        // A refresh recorded into a graph that already refreshes a table is refused.
+        active.scope.launch_key.set(existing_key);
         record(&active.scope).map_err(Error::into_capture)?;
         active.end()?;
         active.succeeded = true;
+        let key = active.scope.launch_key.get();
+        drop(active);
+        graph.launch_key = key;
         Ok(())
     }
 }

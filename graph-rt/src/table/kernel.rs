@@ -193,7 +193,10 @@ impl TableKernel {
     ///
     /// # Safety
     /// As [`Stream::launch`]: the launch configuration and what the slots are bound to when the
-    /// table is refreshed must be what the kernel expects (lengths, aliasing).
+    /// table is refreshed must be what the kernel expects (lengths, aliasing). An eager launch
+    /// reads the table as the last [`ArgTable::refresh`](crate::ArgTable::refresh) left it: launch
+    /// on the table's stream, after that refresh (the first kernel after it not programmatic);
+    /// the buffers bound then are kept alive only for launches the table's stream orders.
     pub unsafe fn launch(
         &self,
         stream: &Stream,

@@ -6,6 +6,7 @@
 
 mod keep;
 mod kernel;
+mod ring;
 mod slot;
 #[allow(clippy::module_inception)]
 mod table;

@@ -24,8 +24,8 @@ use cuda_sys::CUdeviceptr;
 use super::keep::{Keeps, NOTHING};
 use super::slot::{PtrSlot, ScalarSlot};
 use crate::driver::{
-    Allocation, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer, Module, Parked,
-    Stream, StreamInner,
+    Allocation, CaptureStatus, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer,
+    Module, Stream, StreamInner,
 };
 use crate::error::{Error, Result};
 use crate::graph::{CaptureScope, CapturedNode, GraphExec};
@@ -67,7 +67,7 @@ pub(crate) struct Shared {
     pub(crate) table: DeviceBuffer<u64>,
     seq: DeviceBuffer<u64>,
     mirrors: MappedHostBuffer<u64>,
-    acks: MappedHostBuffer<u64>,
+    pub(crate) acks: MappedHostBuffer<u64>,
     refresh: Function,
 }
 
@@ -142,25 +142,25 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 /// # }
 /// ```
 pub struct ArgTable {
-    id: u64,
-    ctx: Context,
-    shared: Arc<Shared>,
-    capacity: usize,
-    depth: usize,
+    pub(super) id: u64,
+    pub(super) ctx: Context,
+    pub(super) shared: Arc<Shared>,
+    pub(super) capacity: usize,
+    pub(super) depth: usize,
     // The bindings, as the next launch will see them, what they keep alive, and which slots
     // were ever set.
-    words: Vec<u64>,
-    keeps: Keeps<Arc<Allocation>>,
-    unbound: usize,
+    pub(super) words: Vec<u64>,
+    pub(super) keeps: Keeps<Arc<Allocation>>,
+    pub(super) unbound: usize,
     // Bindings replaced before launch `seq`: released once that launch's refresh has run.
-    replaced: Vec<(u64, Resource)>,
+    pub(super) replaced: Vec<(u64, Resource)>,
     // The highest acknowledgement seen: launches below it have finished.
-    done: u64,
+    pub(super) done: u64,
     // Launches made; the first slot may not be added after one.
-    next_seq: u64,
-    sealed: bool,
-    stream: Option<Arc<StreamInner>>,
-    stats: TableStats,
+    pub(super) next_seq: u64,
+    pub(super) sealed: bool,
+    pub(super) stream: Option<Arc<StreamInner>>,
+    pub(super) stats: TableStats,
 }
 
 impl std::fmt::Debug for ArgTable {
@@ -509,13 +509,23 @@ impl ArgTable {
                 "the stream belongs to another context than the table",
             ));
         }
-        match &self.stream {
-            Some(s) if s.raw() != stream.as_raw() => return Err(Error::invalid(
+        // A launch or refresh captured now would run later, at replay, while this staged a
+        // mirror for it now: the device's count of refreshes would leave the host's.
+        if stream.capture_status()? != CaptureStatus::None {
+            return Err(Error::invalid(
+                call,
+                "the stream is capturing: record the refresh with record_refresh and launch the graph with ArgTable::launch after the capture",
+            ));
+        }
+        if self
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.raw() != stream.as_raw())
+        {
+            return Err(Error::invalid(
                 call,
                 "all launches through a table go to one stream (its refreshes are ordered by it)",
-            )),
-            Some(_) => {}
-            None => self.stream = Some(stream.shared()),
+            ));
         }
         if self.unbound > 0 {
             let first = self.keeps.first_unbound().unwrap_or(0);
@@ -545,109 +555,10 @@ impl ArgTable {
         };
         // The mirror's words reach memory before the launch that reads them.
         std::sync::atomic::fence(Ordering::SeqCst);
+        // The table's stream is the first one a launch was staged for.
+        if self.stream.is_none() {
+            self.stream = Some(stream.shared());
+        }
         Ok(())
-    }
-
-    /// Spins until acknowledgement word `mirror` reaches `at_least`, checking the stream for
-    /// errors meanwhile; returns the word.
-    fn wait_ack(&mut self, mirror: usize, at_least: u64, stream: &Stream) -> Result<u64> {
-        let ack = |t: &Self| t.shared.acks.read(mirror).unwrap_or(0);
-        let first = ack(self);
-        if first >= at_least {
-            return Ok(first);
-        }
-        self.stats.waits += 1;
-        let start = std::time::Instant::now();
-        let mut spins = 0u32;
-        loop {
-            let v = ack(self);
-            if v >= at_least {
-                return Ok(v);
-            }
-            spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
-                // A failed launch never acknowledges: surface its error instead of spinning.
-                if stream.is_idle()? && ack(self) < at_least {
-                    return Err(Error::invalid(
-                        "ArgTable::launch",
-                        "the stream is idle but the launch that reads this mirror never acknowledged it: was a graph that refreshes the table launched another way?",
-                    ));
-                }
-                if start.elapsed() > std::time::Duration::from_secs(60) {
-                    return Err(Error::invalid(
-                        "ArgTable::launch",
-                        "no acknowledgement from the device for 60 s",
-                    ));
-                }
-                std::thread::yield_now();
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// After a launch: counts it and releases the bindings replaced before launches whose
-    /// refresh has run (known from the acknowledgement read before reusing a mirror: no extra
-    /// read of device-written memory on the launch path).
-    fn launched(&mut self) {
-        self.next_seq += 1;
-        self.stats.launches += 1;
-        self.release_finished();
-    }
-
-    fn release_finished(&mut self) {
-        // Replaced at launch count `seq` (read by launches below `seq` only): free once the
-        // refresh of launch `seq` has run, i.e. `done > seq`. `replaced` is in `seq` order.
-        let free = self.replaced.partition_point(|(seq, _)| *seq < self.done);
-        if free == 0 {
-            return;
-        }
-        // Dropping the last reference frees device memory (a driver call): hand those to the
-        // release thread, off the launch path; others only lose a count here.
-        if self.replaced[..free]
-            .iter()
-            .any(|(_, r)| Arc::strong_count(r) == 1)
-        {
-            let batch: Vec<(u64, Resource)> = self.replaced.drain(..free).collect();
-            self.ctx.inner.released.release_later(Box::new(batch));
-        } else {
-            self.replaced.drain(..free);
-        }
-    }
-
-    /// Lets go of every slot's previous binding (kept so that rebinding a slot back to it costs
-    /// no reference counting): each is released once the launches that may read it have
-    /// finished. A slot keeps its current binding and the one before it alive; call this when
-    /// buffers bound earlier should be freed while the table lives.
-    pub fn trim(&mut self) {
-        for i in 0..self.keeps.len() {
-            if let Some((until, r)) = self.keeps.drop_previous(i, self.next_seq) {
-                self.replaced.push((until, r));
-            }
-        }
-        self.release_finished();
-    }
-}
-
-impl Drop for ArgTable {
-    /// Never blocks: what launches may still read (the bindings, the table's memory) is parked
-    /// on the context behind an event after the table's last launch.
-    fn drop(&mut self) {
-        let Some(stream) = self.stream.take() else {
-            return;
-        };
-        let parked: Vec<Parked> = vec![
-            Box::new(std::mem::take(&mut self.keeps)),
-            Box::new(std::mem::take(&mut self.replaced)),
-            Box::new(self.shared.clone()),
-        ];
-        let inner = &self.ctx.inner;
-        let r = match inner.bind() {
-            Ok(()) => inner.released.park(&stream, parked),
-            Err(e) => {
-                std::mem::forget(parked);
-                Err(e)
-            }
-        };
-        inner.record(r);
     }
 }

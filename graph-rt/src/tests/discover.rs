@@ -66,7 +66,9 @@ fn discovery_patches_addresses_and_refuses_a_coincidence() {
 
     // Rebind the first capture's exec to fresh buffers before each of 20 replays.
     let exec = first.instantiate().unwrap();
-    let mut patcher = HostPatcher::new(&snaps, &d, 3).unwrap();
+    // The unexplained word (the coincidence) keeps the patcher from being made by default.
+    assert!(HostPatcher::new(&snaps, &d, 3).is_err());
+    let mut patcher = HostPatcher::with_unexplained(&snaps, &d, 3).unwrap();
     assert_eq!((patcher.node_count(), patcher.patch_count()), (1, 2));
     let mut runs = Vec::new();
     for _ in 0..20 {
@@ -184,7 +186,7 @@ fn cublas_gemms_rebound_by_discovery_every_replay() {
             })
             .collect()
     };
-    let run = |set: &mut Vec<[Buf; 3]>| {
+    let run = |blas: &Cublas, set: &mut Vec<[Buf; 3]>| {
         for (g, [a, b, c]) in gemms.iter().zip(set.iter_mut()) {
             match (a, b, c) {
                 (Buf::H(a), Buf::H(b), Buf::H(c)) => blas
@@ -225,14 +227,38 @@ fn cublas_gemms_rebound_by_discovery_every_replay() {
             }
         }
     };
+    let run_refused = |blas: &Cublas, set: &mut Vec<[Buf; 3]>| match &mut set[3] {
+        [Buf::F(a), Buf::F(b), Buf::F(c)] => blas
+            .sgemm(
+                CublasOp::N,
+                CublasOp::N,
+                1,
+                nk,
+                nk,
+                1.0,
+                a,
+                1,
+                b,
+                nk,
+                0.0,
+                c,
+                1,
+            )
+            .is_err(),
+        _ => false,
+    };
     let (mut s0, mut s1) = (make_set(0), make_set(1));
-    run(&mut s0); // warm-up: cuBLAS picks and loads its kernels outside the capture
+    run(&blas, &mut s0); // warm-up: cuBLAS picks and loads its kernels outside the capture
     stream.synchronize().unwrap();
     let capture = |set: &mut Vec<[Buf; 3]>| {
         stream
-            .capture(CaptureMode::Global, |_| {
-                run(set);
-                Ok(())
+            .capture(CaptureMode::Global, |scope| {
+                // A GEMM on the capturing stream outside `record` is refused.
+                assert!(run_refused(&blas, set));
+                blas.record(scope, |b| {
+                    run(b, set);
+                    Ok(())
+                })
             })
             .unwrap()
     };

@@ -193,3 +193,65 @@ fn bad_bindings_and_launches_are_typed_errors_and_change_nothing() {
     stream.synchronize().unwrap();
     drop(other);
 }
+
+/// Every way the device could refresh a table more often than the host launches through it is
+/// refused: a refresh or table launch on a capturing stream, a second refresh in one graph
+/// (recorded twice, captured into a graph that has one, or through a child graph), and a
+/// graph holding a refresh launched without the table.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn refreshes_outside_the_tables_count_are_refused() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
+    let (exec, slots) = capture_table_chain(&mut table, &stream, 2, false);
+    let bufs = buffers(&ctx, 3);
+    for (slot, buf) in slots.iter().zip(&bufs) {
+        table.bind(slot, buf).unwrap();
+    }
+    let invalid = |r: crate::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    // On a capturing stream: refused, and the capture ends normally.
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            assert!(invalid(table.refresh(s.stream())));
+            assert!(invalid(table.launch(&exec, s.stream())));
+            Ok(())
+        })
+        .unwrap();
+    drop(graph);
+    // Twice in one capture.
+    let r = stream.capture(CaptureMode::Global, |s| {
+        table.record_refresh(s)?;
+        table.record_refresh(s)?;
+        Ok(())
+    });
+    assert!(r.is_err());
+    // Into a graph that already refreshes it, and as a child of one.
+    fn with_refresh(stream: &Stream, table: &mut ArgTable) -> crate::Graph {
+        stream
+            .capture(CaptureMode::Global, |s| table.record_refresh(s).map(drop))
+            .unwrap()
+    }
+    let mut parent = with_refresh(&stream, &mut table);
+    let child = with_refresh(&stream, &mut table);
+    assert!(matches!(
+        parent.add_child_graph(&[], &child),
+        Err(Error::InvalidArgument { .. })
+    ));
+    let r = stream.capture_into(&mut parent, &[], CaptureMode::Global, |s| {
+        table.record_refresh(s).map(drop)
+    });
+    assert!(r.is_err());
+    // A graph holding the refresh only as a child node is launched through the table only.
+    let mut outer = crate::Graph::new(&ctx).unwrap();
+    outer
+        .add_child_graph(&[], &with_refresh(&stream, &mut table))
+        .unwrap();
+    let outer_exec = outer.instantiate().unwrap();
+    assert!(invalid(outer_exec.launch(&stream)));
+    table.launch(&outer_exec, &stream).unwrap();
+    table.launch(&exec, &stream).unwrap();
+    stream.synchronize().unwrap();
+    table.trim();
+    assert_eq!(table.stats().launches, 2);
+}

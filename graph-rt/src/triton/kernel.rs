@@ -9,11 +9,12 @@ use cuda_sys::{CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUla
 use parking_lot::Mutex;
 
 use super::arg::{ArgKind, TritonArg};
+use super::check::check_args;
 use super::meta::{ttir_args, TritonMetadata};
 use crate::driver::{Context, DeviceBuffer, Function, Module, Stream};
 use crate::error::{Error, Result};
 use crate::graph::{CaptureScope, CapturedNode};
-use crate::launch::{ArgSlot, KernelArgList, LaunchConfig};
+use crate::launch::{KernelArgList, LaunchConfig};
 
 /// The files of one kernel in Triton's cache (`<cache>/<hash>/<kernel>.{json,ptx,cubin,ttir}`).
 #[derive(Debug, Clone, Default)]
@@ -103,16 +104,19 @@ struct Scratch {
 /// or into a capture, with every argument checked against its parameter and the specialization
 /// Triton compiled for.
 ///
-/// Scratch buffers are per kernel object and grid size: launches of one `TritonKernel` whose
-/// kernel uses global scratch must not run concurrently on several streams (load one per
-/// stream).
+/// Scratch buffers: eager launches share one per stream and grid size (ordered on their
+/// stream); every recorded node has its own, reserved before the capture
+/// ([`TritonKernel::reserve_scratch`]) and owned by its graph.
 pub struct TritonKernel {
     function: Function,
     meta: TritonMetadata,
     params: Vec<TritonParam>,
     pdl: bool,
     from_cubin: bool,
-    scratch: Mutex<HashMap<u64, Arc<Scratch>>>,
+    // Eager launches: one scratch per (stream, programs). Captures: reserved ahead, one per
+    // recorded node (owned by its graph).
+    scratch: Mutex<HashMap<(usize, u64), Arc<Scratch>>>,
+    reserved: Mutex<HashMap<u64, Vec<Arc<Scratch>>>>,
 }
 
 impl std::fmt::Debug for TritonKernel {
@@ -199,6 +203,18 @@ impl TritonKernel {
             }
         };
         let layout = function.param_layout()?.to_vec();
+        if let Some(p) = &ptx_params {
+            if p.len() != layout.len() {
+                return Err(Error::invalid(
+                    CALL,
+                    format!(
+                        "the PTX declares {} parameters, the loaded kernel has {}: PTX and cubin of different builds?",
+                        p.len(),
+                        layout.len()
+                    ),
+                ));
+            }
+        }
         let scratch = meta.scratch_params;
         let runtime = layout.len().checked_sub(scratch).ok_or_else(|| {
             Error::invalid(CALL, "fewer parameters than Triton's scratch pointers")
@@ -244,13 +260,20 @@ impl TritonKernel {
         };
         let mut params = Vec::with_capacity(runtime);
         for (i, info) in layout.iter().take(runtime).enumerate() {
-            let (pointer, float) = match (&ptx_params, &ttir) {
-                (Some(p), _) => (p[i].ptr.is_some(), p[i].ty.is_float()),
-                (None, Some(t)) => (
+            // Kinds: the TTIR's types where given (they tell fp16/bf16, which PTX declares as
+            // `.b16`), else the PTX's.
+            let (pointer, float) = match (&ttir, &ptx_params) {
+                (Some(t), _) => (
                     t[i].ty.starts_with("!tt.ptr"),
                     t[i].ty.starts_with('f') || t[i].ty.starts_with("bf"),
                 ),
-                (None, None) => unreachable!("the specialization needs one of them"),
+                (None, Some(p)) => (p[i].ptr.is_some(), p[i].ty.is_float()),
+                (None, None) => {
+                    return Err(Error::invalid(
+                        CALL,
+                        "the parameters' kinds are unknown: give the PTX or the TTIR",
+                    ))
+                }
             };
             let name = match (&ttir, &ptx_params) {
                 (Some(t), _) => t[i].name.clone(),
@@ -286,6 +309,7 @@ impl TritonKernel {
             params,
             from_cubin,
             scratch: Mutex::new(HashMap::new()),
+            reserved: Mutex::new(HashMap::new()),
         })
     }
 
@@ -345,7 +369,13 @@ impl TritonKernel {
 
     /// Checks `args` against the parameters and builds the argument list (scratch pointers
     /// appended).
-    fn args(&self, ctx: &Context, grid: [u32; 3], args: &[TritonArg<'_>]) -> Result<KernelArgList> {
+    fn args(
+        &self,
+        ctx: &Context,
+        grid: [u32; 3],
+        args: &[TritonArg<'_>],
+        stream: Option<&Stream>,
+    ) -> Result<KernelArgList> {
         check_args(&self.params, args)?;
         let mut list = KernelArgList::new();
         for a in args {
@@ -366,8 +396,13 @@ impl TritonKernel {
                 },
             };
         }
-        if self.meta.scratch_params > 0 {
-            let scratch = self.scratch_for(ctx, grid)?;
+        if self.meta.scratch_params > 0 && !self.needs_scratch() {
+            // Null scratch pointers, as Triton's launcher passes: no lookup on the launch path.
+            for _ in 0..self.meta.scratch_params.min(2) {
+                list.push(0u64)?;
+            }
+        } else if self.meta.scratch_params > 0 {
+            let scratch = self.scratch_for(ctx, grid, stream)?;
             let addr = |b: &Option<DeviceBuffer<u8>>| b.as_ref().map_or(0, |b| b.as_raw());
             list.push(addr(&scratch.global))?;
             if self.meta.scratch_params > 1 {
@@ -378,12 +413,43 @@ impl TritonKernel {
         Ok(list)
     }
 
-    fn scratch_for(&self, ctx: &Context, grid: [u32; 3]) -> Result<Arc<Scratch>> {
+    fn needs_scratch(&self) -> bool {
+        self.meta.global_scratch_size > 0 || self.meta.profile_scratch_size > 0
+    }
+
+    /// Scratch for a launch: eager launches share one per stream and grid size (they are
+    /// ordered on their stream); a recorded node takes one reserved for it, its graph's alone.
+    fn scratch_for(
+        &self,
+        ctx: &Context,
+        grid: [u32; 3],
+        stream: Option<&Stream>,
+    ) -> Result<Arc<Scratch>> {
         let programs = grid.iter().map(|&g| g as u64).product::<u64>();
-        let mut map = self.scratch.lock();
-        if let Some(s) = map.get(&programs) {
+        let Some(stream) = stream else {
+            // Allocating (and zeroing) is not allowed while the stream captures.
+            return self
+                .reserved
+                .lock()
+                .get_mut(&programs)
+                .and_then(Vec::pop)
+                .ok_or_else(|| {
+                    Error::invalid(
+                        "TritonKernel::record",
+                        format!("the kernel needs scratch memory for {programs} programs: reserve_scratch(ctx, grid, nodes) before capturing (one per recorded node)"),
+                    )
+                });
+        };
+        let key = (stream.as_raw() as usize, programs);
+        if let Some(s) = self.scratch.lock().get(&key) {
             return Ok(s.clone());
         }
+        let s = Arc::new(self.alloc_scratch(ctx, programs)?);
+        self.scratch.lock().insert(key, s.clone());
+        Ok(s)
+    }
+
+    fn alloc_scratch(&self, ctx: &Context, programs: u64) -> Result<Scratch> {
         let ctas = self.meta.ctas().iter().map(|&c| c as u64).product::<u64>();
         let alloc = |size: u64| -> Result<Option<DeviceBuffer<u8>>> {
             if size == 0 {
@@ -396,12 +462,29 @@ impl TritonKernel {
                 .ok_or_else(|| Error::invalid("TritonKernel::launch", "scratch size overflows"))?;
             DeviceBuffer::zeroed(ctx, bytes).map(Some)
         };
-        let s = Arc::new(Scratch {
+        Ok(Scratch {
             global: alloc(self.meta.global_scratch_size)?,
             profile: alloc(self.meta.profile_scratch_size)?,
-        });
-        map.insert(programs, s.clone());
-        Ok(s)
+        })
+    }
+
+    /// Makes scratch memory for `nodes` recordings of the kernel at `grid` (outside any
+    /// capture): each [`TritonKernel::record`] at that grid takes one, so that no two graphs
+    /// (or nodes) share it. Nothing to do for kernels without scratch.
+    pub fn reserve_scratch(&self, ctx: &Context, grid: [u32; 3], nodes: usize) -> Result<()> {
+        if !self.needs_scratch() {
+            return Ok(());
+        }
+        let programs = grid.iter().map(|&g| g as u64).product::<u64>();
+        let made = (0..nodes)
+            .map(|_| self.alloc_scratch(ctx, programs).map(Arc::new))
+            .collect::<Result<Vec<_>>>()?;
+        self.reserved
+            .lock()
+            .entry(programs)
+            .or_default()
+            .extend(made);
+        Ok(())
     }
 
     /// Launches a grid of `grid` programs on `stream`, as Triton's launcher does; a grid of no
@@ -445,7 +528,7 @@ impl TritonKernel {
         args: &[TritonArg<'_>],
         programmatic: bool,
     ) -> Result<()> {
-        let list = self.args(stream.context(), grid, args)?;
+        let list = self.args(stream.context(), grid, args, Some(stream))?;
         if grid.contains(&0) {
             return Ok(());
         }
@@ -474,7 +557,7 @@ impl TritonKernel {
                 "a grid of no program records no node",
             ));
         }
-        let list = self.args(scope.stream().context(), grid, args)?;
+        let list = self.args(scope.stream().context(), grid, args, None)?;
         let cfg = self.config(grid)?;
         // SAFETY: forwarded to the caller.
         unsafe { scope.launch(&self.function, &cfg, &list) }
@@ -518,93 +601,4 @@ fn opt_in_shared(ctx: &Context, f: &Function, shared: u32) -> Result<()> {
         ));
     }
     f.set_max_dynamic_shared_bytes(optin - static_bytes)
-}
-
-/// Checks each argument against its parameter: kind, size, float or integer, slot or not, and
-/// the specialization (a 16-divisible pointer 16-byte aligned, or bound only to such addresses;
-/// a 16-divisible integer a multiple of 16, or a slot taking only multiples of 16); every slot
-/// of one table.
-pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Result<()> {
-    const CALL: &str = "TritonKernel::launch";
-    if args.len() != params.len() {
-        return Err(Error::invalid(
-            CALL,
-            format!("{} arguments for {} parameters", args.len(), params.len()),
-        ));
-    }
-    let mut table = None;
-    for (i, (p, a)) in params.iter().zip(args).enumerate() {
-        let fail = |why: String| {
-            Err(Error::invalid(
-                CALL,
-                format!("argument {i} (`{}`): {why}", p.name),
-            ))
-        };
-        match (&a.kind, p.slot) {
-            (ArgKind::Slot { slot, .. }, true) => {
-                let (t, ok) = match *slot {
-                    ArgSlot::Pointer { table, align } if p.pointer => {
-                        if p.divisible_16 && align < 16 {
-                            return fail(format!("the kernel was compiled for 16-byte-aligned pointers; the slot declares {align}-byte alignment"));
-                        }
-                        (table, true)
-                    }
-                    ArgSlot::Scalar {
-                        table,
-                        size,
-                        multiple_of,
-                    } if !p.pointer && size == p.size => {
-                        if p.divisible_16 && !p.float && multiple_of < 16 {
-                            return fail("the kernel was compiled for multiples of 16; the slot takes any value (ArgTable::scalar_slot_with(16))".into());
-                        }
-                        (table, true)
-                    }
-                    _ => (0, false),
-                };
-                if !ok {
-                    return fail(format!("takes a {} slot, given {a:?}", kind_of(p)));
-                }
-                if *table.get_or_insert(t) != t {
-                    return fail("a slot of another table than the slots before it".into());
-                }
-            }
-            (_, true) => return fail(format!("the table form takes a slot here, given {a:?}")),
-            (ArgKind::Slot { .. }, false) => {
-                return fail("a slot where the kernel takes the value itself".into())
-            }
-            (ArgKind::Pointer { addr, .. }, false) if p.pointer => {
-                if p.divisible_16 && addr % 16 != 0 {
-                    return fail(format!(
-                        "{addr:#x} is not 16-byte aligned, as the kernel was compiled for"
-                    ));
-                }
-            }
-            (ArgKind::Value { bits, size, float }, false)
-                if !p.pointer && *size == p.size && *float == p.float =>
-            {
-                if p.divisible_16 && !p.float && bits % 16 != 0 {
-                    return fail(format!(
-                        "the kernel was compiled for a multiple of 16; given {}",
-                        signed(*bits, *size)
-                    ));
-                }
-            }
-            _ => return fail(format!("takes {}, given {a:?}", kind_of(p))),
-        }
-    }
-    Ok(())
-}
-
-fn kind_of(p: &TritonParam) -> String {
-    if p.pointer {
-        "a pointer".into()
-    } else {
-        let t = if p.float { "float" } else { "integer" };
-        format!("a {}-byte {t}", p.size)
-    }
-}
-
-fn signed(bits: u64, size: usize) -> i64 {
-    let shift = 64 - 8 * size as u32;
-    ((bits << shift) as i64) >> shift
 }

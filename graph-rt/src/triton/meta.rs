@@ -122,6 +122,13 @@ impl TritonMetadata {
         if m.num_ctas == 0 || m.cluster_dims.is_some_and(|d| d.contains(&0)) {
             return Err(bad("num_ctas", "zero CTAs per program"));
         }
+        // A cluster holds at most 16 CTAs (non-portable sizes included).
+        let ctas = m.cluster_dims.map_or(Some(m.num_ctas), |d| {
+            d[0].checked_mul(d[1]).and_then(|x| x.checked_mul(d[2]))
+        });
+        if ctas.is_none_or(|c| c > 16) || m.num_ctas > 16 {
+            return Err(bad("num_ctas", "more than 16 CTAs per program"));
+        }
         Ok(m)
     }
 
@@ -343,6 +350,8 @@ mod tests {
             r#"{"name":"k","num_warps":0}"#,
             r#"{"name":"k","num_warps":4,"shared":-1}"#,
             r#"{"name":"k","num_warps":4,"cluster_dims":[1,0,1]}"#,
+            r#"{"name":"k","num_warps":4,"cluster_dims":[65536,65536,1]}"#,
+            r#"{"name":"k","num_warps":4,"num_ctas":32}"#,
             "not json",
         ] {
             assert!(TritonMetadata::from_json(bad).is_err(), "{bad}");

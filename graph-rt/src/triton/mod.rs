@@ -7,6 +7,7 @@
 //! Depends on `driver/`, `launch/`, `graph/` and `table/`.
 
 mod arg;
+mod check;
 mod kernel;
 mod meta;
 

@@ -1,7 +1,8 @@
 //! Argument checks against parameters and specialization, with no GPU.
 
 use super::arg::TritonArg;
-use super::kernel::{check_args, TritonParam};
+use super::check::check_args;
+use super::kernel::TritonParam;
 
 fn param(name: &str, pointer: bool, size: usize, float: bool, div16: bool) -> TritonParam {
     TritonParam {
