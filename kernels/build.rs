@@ -2,6 +2,8 @@
 //! `ptx/MANIFEST`, so that the crate's tests can check that [`ALL`](crate::ALL) names every PTX
 //! file and that the PTX was compiled from the sources beside it, without reading the source tree
 //! when they run (the GPU suite runs the test binaries far from it). Only the tests use them.
+//! The prelude's cubins need nothing here: `src/prelude.rs` embeds them with `include_bytes!`,
+//! which rebuilds the crate when they change.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -1,4 +1,4 @@
-//! Precompiled PTX for the CUDA kernels shipped with graph-rt.
+//! The CUDA kernels shipped with graph-rt: precompiled PTX, and the in-graph prelude as cubins.
 //!
 //! The CUDA C sources live in `kernels/cuda/`; `kernels/compile.py` compiles
 //! them with NVRTC 12.4 (`--gpu-architecture=compute_70 --std=c++17`) into
@@ -11,6 +11,31 @@
 //! All kernels operate on `f32` and take device pointers. The `*_TABLE*` kernels take their
 //! arguments from a device-resident argument table (see [`TABLE`]): where the plain form takes a
 //! pointer or a scalar they take the address of the table slot holding it.
+//!
+//! [`PRELUDE`], which calls the device graph API, ships as linked cubins for `sm_80` and `sm_90`
+//! instead (`kernels/prelude/`), embedded with `include_bytes!`.
+//!
+//! ```
+//! use graph_rt_kernels::{ALL, PRELUDE};
+//!
+//! // On a GPU of compute capability 8.6: the PTX modules whose target it meets, and the sm_80
+//! // cubin of the prelude.
+//! let (major, minor) = (8, 6);
+//! let ptx: Vec<&str> = ALL
+//!     .iter()
+//!     .filter(|k| k.min_compute_capability <= (major, minor))
+//!     .map(|k| k.name)
+//!     .collect();
+//! assert!(ptx.contains(&"layer_table") && !ptx.contains(&"layer_table_pdl"));
+//! let prelude = PRELUDE
+//!     .for_compute_capability(major, minor)
+//!     .expect("8.x loads the sm_80 cubin");
+//! assert_eq!(prelude, PRELUDE.sm_80);
+//! ```
+
+mod prelude;
+
+pub use prelude::{Cubins, PRELUDE};
 
 /// One PTX module: the compiled form of one `kernels/cuda/<name>.cu` file.
 #[derive(Debug, Clone, Copy)]
@@ -205,7 +230,69 @@ pub const RMSNORM: Kernel = Kernel {
     min_compute_capability: (7, 0),
 };
 
-/// Every kernel module in this crate.
+/// `layer.cu`: the elementwise kernels of a transformer-like layer stack, on `f32` activations
+/// laid out as cuBLAS writes them: an `m`×`n` matrix (`m` tokens, `n` features) column-major,
+/// element `(t, f)` at `f * m + t`.
+///
+/// ```c
+/// extern "C" __global__ void bias_gelu(const float* x, const float* bias, float* y, int m, int n);
+/// extern "C" __global__ void residual_add(const float* x, const float* r, float* y, int n);
+/// ```
+///
+/// `bias_gelu`: `y[i] = gelu(x[i] + bias[i / m])` for `i < m * n`, with `bias` one value per
+/// feature (`n` of them) and GELU's tanh approximation,
+/// `gelu(v) = 0.5 * v * (1 + tanhf(0.7978845608 * (v + 0.044715 * v³)))`.
+/// `residual_add`: `y[i] = x[i] + r[i]` for `i < n` (here `n` counts elements).
+///
+/// Both run one thread per element (`i = blockIdx.x * blockDim.x + threadIdx.x`), so the grid
+/// must cover the elements (`m * n`, or `n`); `m * n` must fit in an `int`. Every pointer is
+/// `__restrict__`: `y` must not alias an input (write the output to another buffer).
+pub const LAYER: Kernel = Kernel {
+    name: "layer",
+    ptx: include_str!("../ptx/layer.ptx"),
+    entry_points: &["bias_gelu", "residual_add"],
+    min_compute_capability: (7, 0),
+};
+
+/// [`LAYER`]'s `bias_gelu` and `residual_add` in table form (see [`TABLE`]), made from
+/// `ptx/layer.ptx` by the PTX pass (`graph-rt ptx indirect`, `kernels/make-table-forms`) into
+/// `ptx-table/layer_table.ptx`.
+///
+/// ```c
+/// extern "C" __global__ void bias_gelu(const float* const* x, const float* const* bias,
+///                                      float* const* y, int m, int n);
+/// extern "C" __global__ void residual_add(const float* const* x, const float* const* r,
+///                                         float* const* y, int n);
+/// ```
+///
+/// Every pointer parameter (`x`, `bias`, `r`, `y`) is the address of a pointer slot; `m` and `n`
+/// stay plain values. The kernels load their slots at entry, then compute [`LAYER`]'s results,
+/// one thread per element, so the grid must cover the elements. The output buffer must not alias
+/// an input.
+pub const LAYER_TABLE: Kernel = Kernel {
+    name: "layer_table",
+    ptx: include_str!("../ptx-table/layer_table.ptx"),
+    entry_points: &["bias_gelu", "residual_add"],
+    min_compute_capability: (7, 0),
+};
+
+/// [`LAYER_TABLE`] for programmatic dependent launch (compute capability 9.0+), made by the PTX
+/// pass with `--pdl` from `ptx/layer.ptx`.
+///
+/// Same signatures and results as [`LAYER_TABLE`]. Launch with
+/// `LaunchConfig::programmatic_stream_serialization`: each kernel executes
+/// `griddepcontrol.launch_dependents`, loads its three pointer slots, executes
+/// `griddepcontrol.wait`, and only then runs [`LAYER`]'s body. As for [`CHAIN_TABLE_PDL`], the
+/// table must not be written by a kernel this one may overlap. Without the attribute it behaves
+/// exactly as [`LAYER_TABLE`].
+pub const LAYER_TABLE_PDL: Kernel = Kernel {
+    name: "layer_table_pdl",
+    ptx: include_str!("../ptx-table/layer_table_pdl.ptx"),
+    entry_points: &["bias_gelu", "residual_add"],
+    min_compute_capability: (9, 0),
+};
+
+/// Every PTX module in this crate ([`PRELUDE`] ships as cubins and is not one of them).
 pub const ALL: &[Kernel] = &[
     CHAIN,
     CHAIN_PDL,
@@ -217,288 +304,10 @@ pub const ALL: &[Kernel] = &[
     AXPY_TABLE_PDL,
     REDUCE,
     RMSNORM,
+    LAYER,
+    LAYER_TABLE,
+    LAYER_TABLE_PDL,
 ];
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::BTreeSet;
-
-    fn has_line(ptx: &str, line: &str) -> bool {
-        ptx.lines().any(|l| l.trim_end() == line)
-    }
-
-    #[test]
-    fn ptx_version_and_target() {
-        for k in ALL {
-            assert!(
-                has_line(k.ptx, ".version 8.4"),
-                "{}: not PTX ISA 8.4",
-                k.name
-            );
-            let (major, minor) = k.min_compute_capability;
-            let target = format!(".target sm_{major}{minor}");
-            assert!(has_line(k.ptx, &target), "{}: not {target}", k.name);
-            assert!(
-                has_line(k.ptx, ".address_size 64"),
-                "{}: not 64-bit",
-                k.name
-            );
-        }
-    }
-
-    #[test]
-    fn entry_points_declared() {
-        for k in ALL {
-            assert!(!k.entry_points.is_empty(), "{}: no entry points", k.name);
-            for e in k.entry_points {
-                let decl = format!(".visible .entry {e}(");
-                assert!(k.ptx.contains(&decl), "{}: missing {decl}", k.name);
-            }
-            let declared = k.ptx.matches(".visible .entry ").count();
-            assert_eq!(
-                declared,
-                k.entry_points.len(),
-                "{}: entry_points does not list every .entry",
-                k.name
-            );
-        }
-    }
-
-    /// The kernels made for programmatic dependent launch.
-    const PDL: &[Kernel] = &[CHAIN_PDL, CHAIN_TABLE_PDL, AXPY_TABLE_PDL];
-
-    /// The trimmed instruction lines of a PTX module (no comments, labels or blank lines).
-    fn instructions(ptx: &str) -> Vec<&str> {
-        ptx.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("//") && !l.ends_with(':'))
-            .collect()
-    }
-
-    #[test]
-    fn programmatic_kernels_read_through_the_coherent_path() {
-        // A kernel launched before its predecessor finished must not use non-coherent loads.
-        for k in PDL {
-            assert!(!k.ptx.contains("ld.global.nc"), "{}: ld.global.nc", k.name);
-            assert!(
-                k.ptx.contains("griddepcontrol.wait;"),
-                "{}: no griddepcontrol.wait",
-                k.name
-            );
-            assert!(
-                k.ptx.contains("griddepcontrol.launch_dependents;"),
-                "{}: no griddepcontrol.launch_dependents",
-                k.name
-            );
-            assert_eq!(k.min_compute_capability, (9, 0), "{}", k.name);
-        }
-    }
-
-    #[test]
-    fn only_programmatic_kernels_use_griddepcontrol() {
-        for k in ALL {
-            let is_pdl = PDL.iter().any(|p| p.name == k.name);
-            assert_eq!(
-                is_pdl,
-                k.name.ends_with("_pdl"),
-                "{}: PDL lists it?",
-                k.name
-            );
-            assert_eq!(
-                k.ptx.contains("griddepcontrol"),
-                is_pdl,
-                "{}: griddepcontrol only in _pdl kernels",
-                k.name
-            );
-        }
-    }
-
-    /// In the table-form PDL kernels, `griddepcontrol.launch_dependents` comes first, then the
-    /// slot loads (every `ld.global` before the wait, one per slot), then `griddepcontrol.wait`,
-    /// and no load from global memory follows until the wait.
-    #[test]
-    fn table_pdl_kernels_load_slots_between_launch_dependents_and_wait() {
-        for (k, slots) in [(CHAIN_TABLE_PDL, 2), (AXPY_TABLE_PDL, 4)] {
-            let ins = instructions(k.ptx);
-            let pos = |what: &str| {
-                let found: Vec<usize> = (0..ins.len()).filter(|&i| ins[i] == what).collect();
-                assert_eq!(found.len(), 1, "{}: {what} {} times", k.name, found.len());
-                found[0]
-            };
-            let launch = pos("griddepcontrol.launch_dependents;");
-            let wait = pos("griddepcontrol.wait;");
-            assert!(launch < wait, "{}: wait before launch_dependents", k.name);
-            let is_load = |l: &&str| l.starts_with("ld.") && !l.starts_with("ld.param.");
-            assert!(
-                !ins[..launch].iter().any(is_load),
-                "{}: a load before launch_dependents",
-                k.name
-            );
-            let slot_loads: Vec<&str> = ins[launch..wait]
-                .iter()
-                .copied()
-                .filter(|l| is_load(l))
-                .collect();
-            assert_eq!(
-                slot_loads.len(),
-                slots,
-                "{}: slot loads before the wait: {slot_loads:?}",
-                k.name
-            );
-            assert!(
-                slot_loads.iter().all(|l| l.starts_with("ld.global.")),
-                "{}: slot loads not ld.global: {slot_loads:?}",
-                k.name
-            );
-            assert!(
-                ins[wait..].iter().any(is_load),
-                "{}: no data load after the wait",
-                k.name
-            );
-        }
-    }
-
-    #[test]
-    fn table_refresh_reads_mirrors_coherently_and_fences_the_ack() {
-        let ins = instructions(TABLE.ptx);
-        assert!(
-            !TABLE.ptx.contains("ld.global.nc"),
-            "mirror read through ld.global.nc"
-        );
-        assert!(
-            ins.iter().any(|l| l.starts_with("ld.volatile.global.u64")),
-            "mirror not read with volatile loads"
-        );
-        let ack = ins
-            .iter()
-            .position(|l| l.starts_with("st.volatile.global.u64"))
-            .expect("no volatile store of the ack");
-        assert!(
-            ins[ack..]
-                .iter()
-                .any(|l| *l == "membar.sys;" || *l == "fence.sc.sys;"),
-            "no system fence after the ack"
-        );
-    }
-
-    #[test]
-    fn ptx_has_no_nul() {
-        for k in ALL {
-            assert!(!k.ptx.contains('\0'), "{}: embedded NUL", k.name);
-        }
-    }
-
-    include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
-
-    /// Every embedded PTX file: `ptx/` (compiled) and `ptx-table/` (made by the PTX pass).
-    fn ptx_files() -> impl Iterator<Item = &'static (&'static str, &'static str)> {
-        PTX_FILES.iter().chain(TABLE_FILES)
-    }
-
-    #[test]
-    fn all_lists_every_ptx_file() {
-        let on_disk: BTreeSet<&str> = ptx_files().map(|(stem, _)| *stem).collect();
-        let listed: BTreeSet<&str> = ALL.iter().map(|k| k.name).collect();
-        assert_eq!(listed.len(), ALL.len(), "duplicate names in ALL");
-        assert_eq!(on_disk, listed);
-    }
-
-    #[test]
-    fn embedded_ptx_matches_files() {
-        for k in ALL {
-            let (_, text) = ptx_files()
-                .find(|(stem, _)| *stem == k.name)
-                .unwrap_or_else(|| panic!("{}: no ptx/{}.ptx", k.name, k.name));
-            assert_eq!(*text, k.ptx, "{}: name does not match file", k.name);
-        }
-    }
-
-    fn sha256_hex(bytes: &[u8]) -> String {
-        use sha2::{Digest, Sha256};
-        format!("{:x}", Sha256::digest(bytes))
-    }
-
-    /// What `python3 kernels/compile.py --check` checks, less the compiling: each MANIFEST line
-    /// (`name sha256(cuda/<name>.cu) sha256(ptx/<name>.ptx)`) matches the files, and it lists
-    /// every source.
-    #[test]
-    fn manifest_matches_sources_and_ptx() {
-        let mut listed = BTreeSet::new();
-        for line in MANIFEST
-            .lines()
-            .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let &[name, source_hash, ptx_hash] = fields.as_slice() else {
-                panic!("malformed MANIFEST line: {line:?}");
-            };
-            let (_, source) = CUDA_FILES
-                .iter()
-                .find(|(stem, _)| *stem == name)
-                .unwrap_or_else(|| panic!("MANIFEST lists {name}, but there is no cuda/{name}.cu"));
-            assert_eq!(
-                sha256_hex(source),
-                source_hash,
-                "cuda/{name}.cu changed since its PTX was compiled: run python3 kernels/compile.py"
-            );
-            let (_, ptx) = PTX_FILES
-                .iter()
-                .find(|(stem, _)| *stem == name)
-                .unwrap_or_else(|| panic!("MANIFEST lists {name}, but there is no ptx/{name}.ptx"));
-            assert_eq!(
-                sha256_hex(ptx.as_bytes()),
-                ptx_hash,
-                "ptx/{name}.ptx is not what MANIFEST records: run python3 kernels/compile.py"
-            );
-            assert!(listed.insert(name), "MANIFEST lists {name} twice");
-        }
-        let sources: BTreeSet<&str> = CUDA_FILES.iter().map(|(stem, _)| *stem).collect();
-        assert_eq!(listed, sources, "MANIFEST does not list every cuda/*.cu");
-    }
-
-    /// The table forms are what the PTX pass makes of the shipped PTX today
-    /// (`kernels/make-table-forms` remakes them).
-    #[test]
-    fn table_forms_are_what_the_pass_makes() {
-        use graph_rt_ptx::{indirect, Options};
-        let scalars = || vec!["axpy_f32:0".parse().unwrap(), "axpy_f32:3".parse().unwrap()];
-        let forms = [
-            (CHAIN_TABLE, CHAIN, Options::default()),
-            (
-                CHAIN_TABLE_PDL,
-                CHAIN,
-                Options {
-                    pdl: true,
-                    ..Options::default()
-                },
-            ),
-            (
-                AXPY_TABLE,
-                AXPY,
-                Options {
-                    scalars: scalars(),
-                    ..Options::default()
-                },
-            ),
-            (
-                AXPY_TABLE_PDL,
-                AXPY,
-                Options {
-                    scalars: scalars(),
-                    pdl: true,
-                    ..Options::default()
-                },
-            ),
-        ];
-        for (form, source, options) in forms {
-            let made = indirect(source.ptx.as_bytes(), &options)
-                .unwrap_or_else(|e| panic!("{}: {e}", form.name));
-            assert!(
-                made.ptx == form.ptx,
-                "ptx-table/{}.ptx is stale: run kernels/make-table-forms",
-                form.name
-            );
-        }
-    }
-}
+mod tests;
