@@ -172,6 +172,9 @@ impl Graph {
                 "both graphs refresh an argument table: one refresh per graph",
             ));
         }
+        child
+            .handle
+            .refuse_device_updatable("cuGraphAddChildGraphNode", "embed (clone) as a child")?;
         let _child_guard = child.handle.lock("cuGraphAddChildGraphNode")?;
         // SAFETY: valid graphs; the driver clones the child.
         let node = self.add_node("cuGraphAddChildGraphNode", deps, |n, g, d, len| unsafe {

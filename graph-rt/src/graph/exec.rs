@@ -4,6 +4,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::hash_map::{Entry, HashMap};
 use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytemuck::Pod;
@@ -83,6 +84,9 @@ pub struct GraphExec {
     pub(super) last_stream: RefCell<Option<Arc<StreamInner>>>,
     pub(super) last_raw: Cell<usize>,
     pub(super) launches: Cell<u64>,
+    // The graph has device-updatable nodes and the exec has not been uploaded since it was made
+    // or updated from the host: the next launch uploads it first (CUDA requires it).
+    pub(super) needs_upload: Cell<bool>,
     pub(super) _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -115,11 +119,19 @@ impl Graph {
     /// launch, then destroys it.
     pub fn instantiate_with(&self, options: &InstantiateOptions<'_>) -> Result<GraphExec> {
         let flags = options.flags();
+        let device_updatable = self.handle.is_device_updatable();
+        if device_updatable && self.handle.execs.load(Ordering::Acquire) > 0 {
+            return Err(Error::invalid(
+                "cuGraphInstantiate",
+                "the graph has device-updatable kernel nodes (an in-graph prelude): CUDA allows one exec of it at a time; drop the previous exec first",
+            ));
+        }
         // A non-launch call: release what earlier drops parked and the device is done with.
         self.ctx.bind()?;
         self.ctx.inner.released.poll();
         self.ctx.inner.released.start();
         let raw = instantiate_raw(self, flags, options.upload)?;
+        self.handle.execs.fetch_add(1, Ordering::AcqRel);
         Ok(GraphExec {
             raw,
             ctx: self.ctx.clone(),
@@ -135,6 +147,7 @@ impl Graph {
             last_stream: RefCell::new(None),
             last_raw: Cell::new(0),
             launches: Cell::new(0),
+            needs_upload: Cell::new(device_updatable && options.upload.is_none()),
             _not_sync: PhantomData,
         })
     }
@@ -221,7 +234,9 @@ impl GraphExec {
         // SAFETY: valid exec and stream of its context.
         check("cuGraphUpload", unsafe {
             cuda_sys::cuGraphUpload(self.raw, stream.as_raw())
-        })
+        })?;
+        self.needs_upload.set(false);
+        Ok(())
     }
 
     /// Launches the exec on `stream` (any stream of the graph's context). Launches of one exec
@@ -237,6 +252,11 @@ impl GraphExec {
         self.launch_unchecked(stream)
     }
 
+    /// The identity of the graph the exec was instantiated from.
+    pub(crate) fn graph_id(&self) -> u64 {
+        self.graph.id
+    }
+
     /// The key of the argument table replays must be launched through, if any.
     pub(crate) fn launch_key(&self) -> Option<u64> {
         self.launch_key
@@ -245,6 +265,11 @@ impl GraphExec {
     /// Launches without the argument-table check (the table itself launches so).
     #[inline]
     pub(crate) fn launch_unchecked(&self, stream: &Stream) -> Result<()> {
+        if self.needs_upload.get() {
+            // Device-updatable nodes: CUDA requires an upload before the first launch and after
+            // host-side updates.
+            self.upload(stream)?;
+        }
         self.same_context(stream, "cuGraphLaunch")?;
         stream.context().bind()?;
         // SAFETY: valid exec and stream of its context; every resource the nodes use is kept
@@ -265,6 +290,11 @@ impl GraphExec {
     /// the exec holds it), or of the graph it was last updated from or re-instantiated away from,
     /// paired with the exec's (see `identity`).
     fn member(&mut self, node: Node, call: &'static str) -> Result<CUgraphNode> {
+        // Every host-side node update names its node here: a graph with device-updatable nodes
+        // must be uploaded again before its next launch (CUDA).
+        if self.graph.is_device_updatable() {
+            self.needs_upload.set(true);
+        }
         if node.graph == self.graph.id {
             return Ok(node.raw);
         }
@@ -497,6 +527,7 @@ impl Drop for GraphExec {
     /// with memory nodes (CUDA allows one exec of such a graph at a time, and frees a running exec
     /// once its launch completes), so that the graph can be instantiated again at once.
     fn drop(&mut self) {
+        self.graph.execs.fetch_sub(1, Ordering::AcqRel);
         let exec = ExecToDestroy(self.raw, self.ctx.clone());
         let inner = self.ctx.inner.clone();
         let Some(stream) = self.last_stream.get_mut().take() else {

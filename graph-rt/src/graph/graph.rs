@@ -87,6 +87,11 @@ pub(crate) struct GraphHandle {
     pub(crate) creation: parking_lot::Mutex<Creation>,
     // Has a memory node graph-rt made: CUDA allows one exec of it at a time.
     pub(crate) one_exec: std::sync::atomic::AtomicBool,
+    // Has device-updatable kernel nodes (an in-graph prelude patches them): no clone, no
+    // whole-graph exec update, one exec at a time, uploaded after host-side updates (CUDA).
+    pub(crate) device_updatable: std::sync::atomic::AtomicBool,
+    // Execs of the graph not yet dropped.
+    pub(crate) execs: std::sync::atomic::AtomicUsize,
 }
 
 impl GraphHandle {
@@ -107,6 +112,22 @@ impl GraphHandle {
             ));
         }
         Ok(self.lock.lock())
+    }
+
+    /// Whether the graph has device-updatable kernel nodes.
+    pub(crate) fn is_device_updatable(&self) -> bool {
+        self.device_updatable.load(Ordering::Acquire)
+    }
+
+    /// The error of `call` on a graph with device-updatable nodes, which CUDA does not support.
+    pub(crate) fn refuse_device_updatable(&self, call: &'static str, what: &str) -> Result<()> {
+        if self.is_device_updatable() {
+            return Err(Error::invalid(
+                call,
+                format!("the graph has device-updatable kernel nodes (an in-graph prelude patches them), and CUDA does not {what} such a graph"),
+            ));
+        }
+        Ok(())
     }
 
     /// Marks the graph unusable (see [`GraphHandle::lock`]).
@@ -196,6 +217,8 @@ impl Graph {
             broken: std::sync::atomic::AtomicBool::new(false),
             creation: parking_lot::Mutex::new(creation),
             one_exec: std::sync::atomic::AtomicBool::new(false),
+            device_updatable: std::sync::atomic::AtomicBool::new(false),
+            execs: std::sync::atomic::AtomicUsize::new(0),
         });
         Self {
             raw,
@@ -266,9 +289,12 @@ impl Graph {
         Ok(t.into())
     }
 
-    /// A deep copy (`cuGraphClone`) that keeps the same resources alive. Its nodes pair with
+    /// A deep copy (`cuGraphClone`) that keeps the same resources alive. Refused for a graph
+    /// with device-updatable nodes (an installed prelude), which CUDA cannot clone. Its nodes pair with
     /// this graph's in an exec update; [`Graph::node_in_clone`] finds the copy of a node.
     pub fn try_clone(&self) -> Result<Graph> {
+        self.handle
+            .refuse_device_updatable("cuGraphClone", "clone")?;
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock("cuGraphClone")?;
         let mut raw = std::ptr::null_mut();

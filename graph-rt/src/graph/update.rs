@@ -27,6 +27,9 @@ pub enum UpdateFailureKind {
     UnsupportedFunctionChange,
     /// A node attribute changed in an unsupported way.
     AttributesChanged,
+    /// The exec's graph or the new one has device-updatable kernel nodes (an in-graph
+    /// prelude): CUDA supports no whole-graph update of such graphs. Nothing was called.
+    DeviceUpdatable,
     /// A result this header does not know.
     Other(u32),
 }
@@ -62,6 +65,9 @@ impl GraphExec {
             from_node: None,
         };
         let error = |_: Error| fail(UpdateFailureKind::Error);
+        if self.graph.is_device_updatable() || graph.handle.is_device_updatable() {
+            return Err(fail(UpdateFailureKind::DeviceUpdatable));
+        }
         self.ctx.bind().map_err(error)?;
         let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
         let r = {
@@ -106,7 +112,15 @@ impl GraphExec {
 
     /// Updates the exec from `graph` in place when the driver can, and otherwise instantiates
     /// `graph` anew (with the exec's options) in its place.
+    ///
+    /// Refused for graphs with device-updatable nodes (an installed prelude): CUDA supports
+    /// neither the update nor a second exec of such a graph.
     pub fn update(&mut self, graph: &Graph) -> Result<ExecUpdate> {
+        self.graph
+            .refuse_device_updatable("cuGraphExecUpdate", "update an exec of")?;
+        graph
+            .handle
+            .refuse_device_updatable("cuGraphExecUpdate", "update an exec from")?;
         match self.try_update(graph) {
             Ok(()) => Ok(ExecUpdate::Updated),
             Err(failure) => {

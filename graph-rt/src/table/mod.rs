@@ -12,5 +12,5 @@ mod slot;
 mod table;
 
 pub use kernel::{TableKernel, TableParam};
-pub use slot::{PtrSlot, ScalarSlot};
+pub use slot::{PtrSlot, ScalarSlot, SlotRef};
 pub use table::{ArgTable, TableOptions, TableStats};

@@ -140,3 +140,69 @@ unsafe impl<T> KernelArg for ScalarSlot<T> {
         }
     }
 }
+
+/// A pointer slot with its element type erased, for code that rebinds words of kernels it did
+/// not launch (the in-graph prelude): which table, which slot, and what the slot accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlotRef {
+    pub(crate) table: u64,
+    pub(crate) index: u32,
+    pub(crate) align: u32,
+    pub(crate) min_bytes: u64,
+}
+
+impl<T> PtrSlot<T> {
+    /// The slot with its element type erased.
+    pub fn erased(&self) -> SlotRef {
+        SlotRef {
+            table: self.table,
+            index: self.index,
+            align: self.align,
+            min_bytes: (self.min_len as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        }
+    }
+}
+
+impl SlotRef {
+    /// The slot's index in its table.
+    pub fn index(&self) -> usize {
+        self.index as usize
+    }
+
+    /// The alignment every address bound to it has.
+    pub fn align(&self) -> usize {
+        self.align as usize
+    }
+
+    /// The fewest bytes every buffer bound to it has.
+    pub fn min_bytes(&self) -> u64 {
+        self.min_bytes
+    }
+}
+
+impl super::ArgTable {
+    /// Whether `slot` is one of this table's.
+    pub(crate) fn owns(&self, slot: &SlotRef) -> bool {
+        slot.table == self.id && (slot.index as usize) < self.words.len()
+    }
+
+    /// The address the next launch will see in slot `index` (0 if never bound).
+    pub(crate) fn word(&self, index: u32) -> u64 {
+        self.words.get(index as usize).copied().unwrap_or(0)
+    }
+
+    /// The device table's address.
+    pub(crate) fn device_table(&self) -> CUdeviceptr {
+        self.shared.table.as_raw()
+    }
+
+    /// The table's refresh kernel (to find its node in a graph).
+    pub(crate) fn refresh_function(&self) -> &crate::driver::Function {
+        &self.shared.refresh
+    }
+
+    /// The table's identity (a graph's launch key when it refreshes the table).
+    pub(crate) fn key(&self) -> u64 {
+        self.id
+    }
+}

@@ -68,7 +68,7 @@ pub(crate) struct Shared {
     seq: DeviceBuffer<u64>,
     mirrors: MappedHostBuffer<u64>,
     pub(crate) acks: MappedHostBuffer<u64>,
-    refresh: Function,
+    pub(crate) refresh: Function,
 }
 
 /// An allocation's identity: the address of its shared state (never 0).

@@ -4,8 +4,8 @@
 use super::chain::{add1, N};
 use super::{assert_close, capturing_ctx, random_f32};
 use crate::{
-    discover_graphs, CaptureMode, DeviceBuffer, Dynamic, HostPatcher, LaunchConfig, Stream,
-    Unexplained,
+    discover_graphs, ArgTable, CaptureMode, DeviceBuffer, Dynamic, HostPatcher, LaunchConfig,
+    Prelude, PreludeMode, PreludeOptions, PtrSlot, SlotRef, Stream, TableOptions, Unexplained,
 };
 
 fn dynamic(b: &DeviceBuffer<f32>) -> Dynamic {
@@ -112,11 +112,26 @@ struct Gemm {
 
 /// 100 replays of a captured sequence of cuBLAS GEMMs (bf16 GemmEx at M = 1, 16, 64 and sgemm
 /// at M = 1, 16; N = K = 4096), A, B and C of every GEMM rebound to fresh buffers (random
-/// contents) before each replay through discovery + host node updates, no synchronization
-/// between replays; sampled outputs of every replay checked against a CPU reference.
+/// contents) before each replay through discovery + the in-graph prelude (argument-table slots
+/// patched into the device-updatable cuBLAS nodes), no synchronization between replays;
+/// sampled outputs of every replay checked against a CPU reference.
 #[test]
 #[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
-fn cublas_gemms_rebound_by_discovery_every_replay() {
+fn cublas_gemms_rebound_by_the_prelude_every_replay() {
+    cublas_gemms_rebound(PreludeOptions::default());
+}
+
+/// As above, the words rewritten from the host (per-node exec updates) instead.
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn cublas_gemms_rebound_from_the_host_every_replay() {
+    cublas_gemms_rebound(PreludeOptions {
+        host_only: true,
+        ..Default::default()
+    });
+}
+
+fn cublas_gemms_rebound(options: PreludeOptions) {
     use crate::{Cublas, CublasOp};
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
@@ -250,9 +265,24 @@ fn cublas_gemms_rebound_by_discovery_every_replay() {
     let (mut s0, mut s1) = (make_set(0), make_set(1));
     run(&blas, &mut s0); // warm-up: cuBLAS picks and loads its kernels outside the capture
     stream.synchronize().unwrap();
-    let capture = |set: &mut Vec<[Buf; 3]>| {
+    // One table slot per operand of every GEMM, long enough for the captured buffers.
+    enum Slot {
+        F(PtrSlot<f32>),
+        H(PtrSlot<u16>),
+    }
+    let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
+    let slots: Vec<Slot> = s0
+        .iter()
+        .flatten()
+        .map(|b| match b {
+            Buf::F(b) => Slot::F(table.ptr_slot_with(16, b.len()).unwrap()),
+            Buf::H(b) => Slot::H(table.ptr_slot_with(16, b.len()).unwrap()),
+        })
+        .collect();
+    let mut capture = |set: &mut Vec<[Buf; 3]>| {
         stream
             .capture(CaptureMode::Global, |scope| {
+                table.record_refresh(scope)?;
                 // A GEMM on the capturing stream outside `record` is refused.
                 assert!(run_refused(&blas, set));
                 blas.record(scope, |b| {
@@ -262,7 +292,7 @@ fn cublas_gemms_rebound_by_discovery_every_replay() {
             })
             .unwrap()
     };
-    let (first, second) = (capture(&mut s0), capture(&mut s1));
+    let (mut first, second) = (capture(&mut s0), capture(&mut s1));
     let dynamics = |set: &Vec<[Buf; 3]>| -> Vec<Dynamic> {
         set.iter()
             .flat_map(|ops| {
@@ -284,17 +314,38 @@ fn cublas_gemms_rebound_by_discovery_every_replay() {
         d.unseen
     );
     assert!(d.unseen.is_empty(), "a dynamic buffer was found in no node");
+    let refs: Vec<SlotRef> = slots
+        .iter()
+        .map(|s| match s {
+            Slot::F(s) => s.erased(),
+            Slot::H(s) => s.erased(),
+        })
+        .collect();
+    let mut prelude = Prelude::install(
+        &mut first,
+        &table,
+        &snaps,
+        &d,
+        &dynamics(&s0),
+        &refs,
+        options,
+    )
+    .unwrap();
+    println!("discover: {}", prelude.report());
+    if options.host_only {
+        assert!(matches!(prelude.report().mode, PreludeMode::Host { .. }));
+    }
     let exec = first.instantiate().unwrap();
-    let mut patcher = HostPatcher::new(&snaps, &d, 3 * gemms.len()).unwrap();
     let sets: Vec<Vec<[Buf; 3]>> = (0..replays).map(|r| make_set(r + 2)).collect();
     for set in &sets {
-        let bases: Vec<u64> = set
-            .iter()
-            .flat_map(|ops| ops.iter().map(Buf::raw))
-            .collect();
-        // SAFETY: buffers of the captured shapes, kept until the end of the test.
-        unsafe { patcher.rebind(&exec, &bases).unwrap() };
-        exec.launch(&stream).unwrap();
+        for (slot, b) in slots.iter().zip(set.iter().flatten()) {
+            match (slot, b) {
+                (Slot::F(s), Buf::F(b)) => table.bind(s, b).unwrap(),
+                (Slot::H(s), Buf::H(b)) => table.bind(s, b).unwrap(),
+                _ => unreachable!("slots follow the first set's types"),
+            }
+        }
+        prelude.launch(&mut table, &exec, &stream).unwrap();
     }
     stream.synchronize().unwrap();
     // Sampled entries of every C against a CPU reference (f64 accumulation over bf16- or

@@ -2,6 +2,7 @@
 //! reports them as ignored; the GPU suite runs them with `--include-ignored`.
 
 mod args;
+mod calibrate;
 mod chain;
 #[cfg(feature = "cudarc")]
 mod cudarc;
@@ -11,6 +12,7 @@ mod identity;
 mod instantiate;
 mod kernels;
 mod memory;
+mod prelude;
 mod programmatic;
 mod retention;
 mod runtime;

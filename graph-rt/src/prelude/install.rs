@@ -1,0 +1,401 @@
+//! Installing the prelude into a captured graph, and launching its execs.
+
+use std::fmt;
+
+use cuda_sys::{CUdeviceptr, CUgraphNode};
+
+use crate::discover::{Discovery, Dynamic, HostPatcher, KernelSnapshot};
+use crate::driver::{Context, DeviceBuffer, Function, Module};
+use crate::error::{check, Error, Result};
+use crate::graph::{Graph, GraphExec, Node};
+use crate::launch::LaunchConfig;
+use crate::table::{ArgTable, SlotRef};
+use crate::Stream;
+
+/// One patch as the prelude kernel reads it (`PreludePatch` in `kernels/prelude/prelude.cu`):
+/// the node's device handle, the interior offset added to the slot's address, the word's byte
+/// offset in the node's parameters, the slot. 24 bytes, three words.
+const PATCH_WORDS: usize = 3;
+
+/// Threads per block of the prelude kernel (one thread per patched word).
+const BLOCK: u32 = 128;
+
+/// How the caller wants the discovered words rebound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PreludeOptions {
+    /// Rewrite the words from the host before each launch even where the prelude loads.
+    pub host_only: bool,
+    /// Install even where discovery left differences unexplained (those words keep the first
+    /// capture's values on every replay). By default such a discovery is refused.
+    pub allow_unexplained: bool,
+}
+
+/// Where the discovered words are rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PreludeMode {
+    /// On the device, by the prelude kernel at the start of each replay.
+    Device,
+    /// From the host, by per-node exec updates before each launch.
+    Host {
+        /// Why not on the device.
+        reason: String,
+    },
+}
+
+/// What [`Prelude::install`] did to a graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreludeReport {
+    /// Where the words are rewritten.
+    pub mode: PreludeMode,
+    /// Kernel nodes patched.
+    pub nodes: usize,
+    /// Parameter words rewritten per replay.
+    pub words: usize,
+}
+
+impl fmt::Display for PreludeReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} words in {} kernel nodes ", self.words, self.nodes)?;
+        match &self.mode {
+            PreludeMode::Device => write!(f, "rewritten on the device by the in-graph prelude"),
+            PreludeMode::Host { reason } => {
+                write!(f, "rewritten from the host before each launch ({reason})")
+            }
+        }
+    }
+}
+
+/// The discovered words of a graph's kernel nodes, bound to argument-table slots: rewritten
+/// on the device by an in-graph prelude where it loads, else from the host.
+///
+/// Made by [`Prelude::install`] on the first of two captures (see
+/// [`discover_graphs`](crate::discover_graphs)), which must record the table's refresh first
+/// ([`ArgTable::record_refresh`]). Instantiate the graph after installing, bind the slots, and
+/// launch each replay with [`Prelude::launch`].
+///
+/// With the prelude on the device the graph has device-updatable kernel nodes, and CUDA then
+/// refuses a clone, a second exec while one exists, and whole-graph exec updates: graph-rt
+/// refuses them first with [`Error::InvalidArgument`] (and
+/// [`UpdateFailureKind::DeviceUpdatable`](crate::UpdateFailureKind)); it uploads the exec
+/// before its first launch and after any host-side node update, as CUDA requires.
+pub struct Prelude {
+    graph: u64,
+    table: u64,
+    slots: Vec<SlotRef>,
+    report: PreludeReport,
+    // Host mode: the patcher and the scratch of addresses.
+    host: Option<(HostPatcher, Vec<CUdeviceptr>)>,
+}
+
+impl fmt::Debug for Prelude {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Prelude")
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+impl Prelude {
+    /// Installs the rebinding of `discovery`'s words into `graph`, the capture whose kernel
+    /// nodes `first` was read from (before it is instantiated): dynamic buffer `k` (as
+    /// `dynamic[k]` in that capture) is read from `slots[k]` of `table`.
+    ///
+    /// Checks: the graph records `table`'s refresh as a root node and has no exec yet; each
+    /// slot is `table`'s, accepts only buffers at least as long as the captured one and
+    /// addresses aligned to 16 bytes (libraries pick kernels by their operands' alignment);
+    /// the discovery explains every difference (unless `options.allow_unexplained`).
+    pub fn install(
+        graph: &mut Graph,
+        table: &ArgTable,
+        first: &[KernelSnapshot],
+        discovery: &Discovery,
+        dynamic: &[Dynamic],
+        slots: &[SlotRef],
+        options: PreludeOptions,
+    ) -> Result<Prelude> {
+        const CALL: &str = "Prelude::install";
+        check_slots(table, discovery, dynamic, slots)?;
+        if !discovery.unexplained.is_empty() && !options.allow_unexplained {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "the discovery left {} difference(s) unexplained (first: {:?}): rebinding would leave them as captured",
+                    discovery.unexplained.len(),
+                    discovery.unexplained[0]
+                ),
+            ));
+        }
+        if graph
+            .handle
+            .execs
+            .load(std::sync::atomic::Ordering::Acquire)
+            > 0
+        {
+            return Err(Error::invalid(
+                CALL,
+                "the graph already has an exec: install the prelude before instantiating",
+            ));
+        }
+        let refresh = refresh_node(graph, table, first)?;
+        let host = HostPatcher::with_unexplained(first, discovery, slots.len())?;
+        let mut report = PreludeReport {
+            mode: PreludeMode::Device,
+            nodes: host.node_count(),
+            words: host.patch_count(),
+        };
+        let mut prelude = Prelude {
+            graph: graph.handle.id,
+            table: table.key(),
+            slots: slots.to_vec(),
+            report: report.clone(),
+            host: None,
+        };
+        let function = match (options.host_only, report.words) {
+            (_, 0) => return Ok(prelude),
+            (true, _) => Err("host updates chosen by the caller".to_string()),
+            (false, _) => load(graph.context()),
+        };
+        match function {
+            Ok(f) => install_device(graph, table, first, discovery, slots, refresh, &f)?,
+            Err(reason) => {
+                tracing::info!("graph-rt: prelude on the host: {reason}");
+                report.mode = PreludeMode::Host { reason };
+                prelude.report = report;
+                prelude.host = Some((host, vec![0; slots.len()]));
+            }
+        }
+        Ok(prelude)
+    }
+
+    /// What was installed, and where the words are rewritten.
+    pub fn report(&self) -> &PreludeReport {
+        &self.report
+    }
+
+    /// Launches `exec` (instantiated from the graph the prelude was installed in) through
+    /// `table` with the slots' current bindings: on the device mode the table's launch alone;
+    /// on the host, first one exec update per patched node from the slots' addresses.
+    pub fn launch(
+        &mut self,
+        table: &mut ArgTable,
+        exec: &GraphExec,
+        stream: &Stream,
+    ) -> Result<()> {
+        const CALL: &str = "Prelude::launch";
+        if exec.graph_id() != self.graph {
+            return Err(Error::invalid(
+                CALL,
+                "the exec is not of the graph the prelude was installed in",
+            ));
+        }
+        if table.key() != self.table {
+            return Err(Error::invalid(CALL, "not the table the prelude reads"));
+        }
+        if let Some((patcher, bases)) = &mut self.host {
+            for (b, s) in bases.iter_mut().zip(&self.slots) {
+                *b = table.word(s.index);
+                if *b == 0 {
+                    return Err(Error::invalid(
+                        CALL,
+                        format!("slot {} is not bound", s.index),
+                    ));
+                }
+            }
+            // SAFETY: each address is the slot's binding, which the table keeps alive until the
+            // launches that may read it have finished, and which the slot checked to be at
+            // least as long and as aligned as the captured buffer (`check_slots`).
+            unsafe { patcher.rebind(exec, bases)? };
+        }
+        table.launch(exec, stream)
+    }
+}
+
+/// Each slot is the table's and accepts only buffers the captured kernels can read.
+fn check_slots(
+    table: &ArgTable,
+    discovery: &Discovery,
+    dynamic: &[Dynamic],
+    slots: &[SlotRef],
+) -> Result<()> {
+    const CALL: &str = "Prelude::install";
+    if slots.len() != dynamic.len() {
+        return Err(Error::invalid(
+            CALL,
+            format!(
+                "{} slots for {} dynamic buffers",
+                slots.len(),
+                dynamic.len()
+            ),
+        ));
+    }
+    for (k, (s, d)) in slots.iter().zip(dynamic).enumerate() {
+        if !table.owns(s) {
+            return Err(Error::invalid(
+                CALL,
+                format!("slot {k} is not a slot of the table"),
+            ));
+        }
+        if s.min_bytes < d.len {
+            return Err(Error::invalid(
+                CALL,
+                format!(
+                    "slot {k} accepts buffers of {} bytes, the captured buffer has {}: make it with ptr_slot_with(align, min_len)",
+                    s.min_bytes, d.len
+                ),
+            ));
+        }
+        if s.align < 16 {
+            return Err(Error::invalid(
+                CALL,
+                format!("slot {k} accepts addresses aligned to {} bytes; the captured kernels may assume 16", s.align),
+            ));
+        }
+    }
+    if let Some(p) = discovery.patches.iter().find(|p| p.buffer >= slots.len()) {
+        return Err(Error::invalid(
+            CALL,
+            format!(
+                "a patch names dynamic buffer {} of {}",
+                p.buffer,
+                slots.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The node of `graph` running `table`'s refresh: it must exist and be a root.
+fn refresh_node(graph: &Graph, table: &ArgTable, first: &[KernelSnapshot]) -> Result<Node> {
+    const CALL: &str = "Prelude::install";
+    let f = table.refresh_function().as_raw();
+    let mut found = first.iter().filter(|s| s.func == f);
+    let (Some(r), None) = (found.next(), found.next()) else {
+        return Err(Error::invalid(
+            CALL,
+            "the graph must run the table's refresh exactly once (record_refresh first in the capture)",
+        ));
+    };
+    if graph.launch_key != Some(table.key()) {
+        return Err(Error::invalid(
+            CALL,
+            "the snapshots are not of this graph, or the graph does not refresh this table",
+        ));
+    }
+    if graph.edges()?.iter().any(|e| e.to == r.node) {
+        return Err(Error::invalid(
+            CALL,
+            "the table's refresh must be the graph's first node (record_refresh first in the capture)",
+        ));
+    }
+    Ok(r.node)
+}
+
+/// The shipped prelude kernel for this context's GPU, or why there is none.
+fn load(ctx: &Context) -> std::result::Result<Function, String> {
+    let cubins = &graph_rt_kernels::PRELUDE;
+    let (major, minor) = ctx
+        .device()
+        .compute_capability()
+        .map_err(|e| e.to_string())?;
+    let image = cubins
+        .for_compute_capability(major.max(0) as u32, minor.max(0) as u32)
+        .ok_or_else(|| {
+            format!("no prelude cubin for compute capability {major}.{minor} (shipped: sm_80 for 8.x, sm_90 for 9.0)")
+        })?;
+    // SAFETY: a complete cubin shipped in the kernels crate (checked fresh in CI).
+    let module = unsafe { Module::from_cubin(ctx, image) }
+        .map_err(|e| format!("the prelude cubin did not load: {e}"))?;
+    module
+        .function("prelude_patch")
+        .map_err(|e| format!("the prelude cubin has no prelude_patch: {e}"))
+}
+
+/// Marks the patched nodes device-updatable, uploads the patches and adds the prelude node
+/// after the refresh, with a full edge to each patched node.
+fn install_device(
+    graph: &mut Graph,
+    table: &ArgTable,
+    first: &[KernelSnapshot],
+    discovery: &Discovery,
+    slots: &[SlotRef],
+    refresh: Node,
+    f: &Function,
+) -> Result<()> {
+    const CALL: &str = "Prelude::install";
+    graph.ctx.bind()?;
+    // From here on the graph is treated as having device-updatable nodes, whatever fails.
+    graph
+        .handle
+        .device_updatable
+        .store(true, std::sync::atomic::Ordering::Release);
+    graph
+        .handle
+        .one_exec
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut patched: Vec<(usize, Node, u64)> = Vec::new();
+    let mut words: Vec<u64> = Vec::with_capacity(discovery.patches.len() * PATCH_WORDS);
+    let mut patches = discovery.patches.clone();
+    patches.sort_by_key(|p| (p.node, p.offset));
+    for p in &patches {
+        let snap = first
+            .get(p.node)
+            .ok_or_else(|| Error::invalid(CALL, format!("no kernel node {}", p.node)))?;
+        let dev = match patched.last() {
+            Some((n, _, dev)) if *n == p.node => *dev,
+            _ => {
+                let dev = {
+                    let _guard = graph.handle.lock(CALL)?;
+                    // SAFETY: a kernel node of this live, locked graph.
+                    unsafe { make_device_updatable(snap.node.raw)? }
+                };
+                patched.push((p.node, snap.node, dev));
+                dev
+            }
+        };
+        // Parameter buffers are at most 32 KiB (CUDA); `check_slots` checked `p.buffer`.
+        let offset = u32::try_from(p.offset)
+            .map_err(|_| Error::invalid(CALL, "a parameter offset beyond 4 GiB"))?;
+        let slot = slots[p.buffer].index as u64;
+        words.extend([dev, p.interior, offset as u64 | (slot << 32)]);
+    }
+    let buffer = DeviceBuffer::from_host(&graph.ctx, &words)?;
+    let count = patches.len() as u32;
+    let cfg = LaunchConfig::new(count.div_ceil(BLOCK), BLOCK);
+    let args = (buffer.as_raw(), count, table.device_table());
+    // SAFETY: prelude_patch reads `count` 24-byte patches from `buffer` (kept alive by the graph
+    // below) and one table word per patch (the table, kept alive by the graph's refresh node),
+    // and writes only the device-updatable nodes' parameters.
+    let node = unsafe { graph.add_kernel(&[refresh], f, &cfg, args)? };
+    graph.keep_alive(buffer.allocation().clone());
+    let to: Vec<Node> = patched.iter().map(|(_, n, _)| *n).collect();
+    graph.add_dependencies(&vec![node; to.len()], &to)
+}
+
+/// Sets the device-updatable attribute on `node` and returns its device handle.
+///
+/// # Safety
+/// `node` must be a kernel node of a live graph the caller has locked.
+unsafe fn make_device_updatable(node: CUgraphNode) -> Result<u64> {
+    use cuda_sys::CUlaunchAttributeID as Id;
+    const ID: Id = Id::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
+    // SAFETY: a plain-data union; all zeros is a valid value of every member.
+    let mut v: cuda_sys::CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
+    v.deviceUpdatableKernelNode.deviceUpdatable = 1;
+    // SAFETY: the caller's promise; `v` lives across the call.
+    check("cuGraphKernelNodeSetAttribute", unsafe {
+        cuda_sys::cuGraphKernelNodeSetAttribute(node, ID, &v)
+    })?;
+    // SAFETY: as above; the driver fills `v`.
+    check("cuGraphKernelNodeGetAttribute", unsafe {
+        cuda_sys::cuGraphKernelNodeGetAttribute(node, ID, &mut v)
+    })?;
+    // SAFETY: the member the attribute fills.
+    let dev = unsafe { v.deviceUpdatableKernelNode.devNode } as u64;
+    if dev == 0 {
+        return Err(Error::invalid(
+            "cuGraphKernelNodeGetAttribute",
+            "the driver gave no device handle for a device-updatable node",
+        ));
+    }
+    Ok(dev)
+}
