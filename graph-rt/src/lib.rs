@@ -38,6 +38,7 @@ mod driver;
 mod error;
 mod graph;
 mod launch;
+mod prelude;
 mod resource;
 mod table;
 mod triton;
@@ -59,8 +60,11 @@ pub use graph::{
     GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
 };
 pub use launch::{ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
+pub use prelude::{Prelude, PreludeMode, PreludeOptions, PreludeReport};
 pub use resource::Resource;
-pub use table::{ArgTable, PtrSlot, ScalarSlot, TableKernel, TableOptions, TableParam, TableStats};
+pub use table::{
+    ArgTable, PtrSlot, ScalarSlot, SlotRef, TableKernel, TableOptions, TableParam, TableStats,
+};
 pub use triton::{
     ttir_args, TritonArg, TritonFiles, TritonForm, TritonKernel, TritonMetadata, TritonParam,
     TtirArg,
