@@ -284,4 +284,29 @@ impl Graph {
             )
         })
     }
+
+    /// Removes the edges `edges` (of this graph, with the kinds they have).
+    ///
+    /// Internal: a removed edge can let a kernel read what another has not finished writing;
+    /// the caller re-establishes the order it removes.
+    pub(crate) fn remove_edges(&mut self, edges: &[super::Edge]) -> Result<()> {
+        const CALL: &str = "cuGraphRemoveDependencies";
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock(CALL)?;
+        let id = self.handle.id;
+        let from: Vec<Node> = edges.iter().map(|e| e.from).collect();
+        let to: Vec<Node> = edges.iter().map(|e| e.to).collect();
+        let (f, t) = (raw_nodes(&from, id, CALL)?, raw_nodes(&to, id, CALL)?);
+        let data: Vec<cuda_sys::CUgraphEdgeData> = edges.iter().map(|e| e.kind.into()).collect();
+        // SAFETY: three equal-length arrays; edges of this graph.
+        check(CALL, unsafe {
+            cuda_sys::cuGraphRemoveDependencies_v2(
+                self.raw,
+                f.as_ptr(),
+                t.as_ptr(),
+                data.as_ptr(),
+                f.len(),
+            )
+        })
+    }
 }

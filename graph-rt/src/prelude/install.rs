@@ -367,8 +367,44 @@ fn install_device(
     // and writes only the device-updatable nodes' parameters.
     let node = unsafe { graph.add_kernel(&[refresh], f, &cfg, args)? };
     graph.keep_alive(buffer.allocation().clone());
-    let to: Vec<Node> = patched.iter().map(|(_, n, _)| *n).collect();
-    graph.add_dependencies(&vec![node; to.len()], &to)
+    // The prelude takes the refresh's place at the head of the graph: what followed the refresh
+    // now follows the prelude (full edges), so a chain stays a chain (extra edges from one node
+    // to many cost the driver per node). Patched nodes the refresh did not precede get an edge
+    // of their own.
+    let edges = graph.edges()?;
+    let after: Vec<crate::graph::Edge> = edges
+        .iter()
+        .filter(|e| e.from == refresh && e.to != node)
+        .copied()
+        .collect();
+    let reached = reachable(&edges, refresh);
+    let mut to: Vec<Node> = after.iter().map(|e| e.to).collect();
+    to.extend(
+        patched
+            .iter()
+            .map(|(_, n, _)| *n)
+            .filter(|n| !reached.contains(&n.key())),
+    );
+    graph.add_dependencies(&vec![node; to.len()], &to)?;
+    graph.remove_edges(&after)
+}
+
+/// Keys of the nodes `edges` lead to from `from`.
+fn reachable(edges: &[crate::graph::Edge], from: Node) -> std::collections::HashSet<usize> {
+    let mut next: std::collections::HashMap<usize, Vec<Node>> = Default::default();
+    for e in edges {
+        next.entry(e.from.key()).or_default().push(e.to);
+    }
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![from];
+    while let Some(n) = stack.pop() {
+        for t in next.get(&n.key()).into_iter().flatten() {
+            if seen.insert(t.key()) {
+                stack.push(*t);
+            }
+        }
+    }
+    seen
 }
 
 /// Sets the device-updatable attribute on `node` and returns its device handle.
