@@ -29,6 +29,7 @@
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
 // <- `graph/` <- `table/` (scripts/check-module-cycles fails CI on a cycle between folders).
+mod calibrate;
 mod choose;
 mod cublas;
 #[cfg(feature = "cudarc")]
@@ -43,6 +44,10 @@ mod resource;
 mod table;
 mod triton;
 
+pub use calibrate::{
+    calibrate, chain_shape, chain_step, cost_model, CalibrateOptions, ChainSetup, ChainStep,
+    ExtraMechanism, ModelSource, Recalibration,
+};
 pub use choose::{choose, Choice, CostModel, GraphShape, Line, Mechanism, Prediction};
 pub use cublas::{Cublas, Op as CublasOp};
 pub use discover::{

@@ -1,0 +1,27 @@
+//! Calibration of the cost model on the device, and its cache on disk.
+//!
+//! [`calibrate`] times every rebinding mechanism on one workload, the chain of `add1` kernels
+//! ([`chain_step`]), at a few chain lengths, in interleaved rounds, and fits the
+//! [`CostModel`](crate::CostModel) that [`choose`](crate::choose) asks; [`cost_model`] keeps
+//! that model in a file per device so that a process calibrates once per machine. Mechanisms
+//! built elsewhere (the in-graph prelude) join the same rounds as [`ExtraMechanism`]s.
+//!
+//! Depends on `driver`, `launch`, `graph`, `table`, `choose` and `error`; nothing depends on
+//! it.
+
+mod cache;
+mod device;
+mod measure;
+mod options;
+mod timing;
+mod workload;
+
+pub use cache::{ModelSource, Recalibration};
+pub use measure::{calibrate, cost_model};
+pub use options::{CalibrateOptions, ChainSetup, ExtraMechanism};
+pub use workload::{chain_shape, chain_step, ChainStep};
+
+#[cfg(test)]
+pub(crate) use cache::flag;
+#[cfg(test)]
+pub(crate) use workload::Chain;
