@@ -25,8 +25,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use graph_rt::{
-    chain_shape, chain_step, choose, cost_model, CalibrateOptions, ChainStep, Context, Mechanism,
-    Stream,
+    chain_shape, chain_step, choose, cost_model, CalibrateOptions, ChainStep, Context, GraphShape,
+    Mechanism, Prelude, Stream,
 };
 
 const SIZES: [usize; 4] = [10, 50, 200, 1000];
@@ -78,6 +78,11 @@ fn run() -> Result<(), String> {
         .compute_capability()
         .map_err(|e| e.to_string())?;
     let pdl = cc.0 >= 9;
+    let prelude = Prelude::device_support(&ctx);
+    if let Err(why) = &prelude {
+        println!("choose: no prelude on this device: {why}");
+    }
+    let prelude = prelude.is_ok();
     let (model, source) =
         cost_model(&stream, &CalibrateOptions::default()).map_err(|e| e.to_string())?;
     println!("choose: cost model of {}: {source}", model.device);
@@ -97,15 +102,20 @@ fn run() -> Result<(), String> {
         .into_iter()
         .filter(|m| match m {
             Mechanism::TablePdl => pdl,
-            Mechanism::Prelude => false,
+            Mechanism::Prelude => prelude,
             _ => true,
         })
         .collect();
+    // The chain's kernels are shipped in table form and, in their plain form, rewritable by the
+    // prelude: every mechanism applies.
+    let shape = |n: usize| GraphShape {
+        prelude,
+        ..chain_shape(n, pdl)
+    };
     println!("\nchoose: chains of N add1, every pointer rebound, wall µs per synchronized iteration (median of interleaved rounds)");
     let mut worst: Option<(usize, f64)> = None;
     for n in SIZES {
-        let choice =
-            choose(&chain_shape(n, pdl), &model, None).map_err(|e| format!("N={n}: {e}"))?;
+        let choice = choose(&shape(n), &model, None).map_err(|e| format!("N={n}: {e}"))?;
         let mut steps = mechanisms
             .iter()
             .chain([&choice.chosen])

@@ -25,3 +25,41 @@ extern "C" __global__ void prelude_patch(const PreludePatch* patches, unsigned i
         cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value));
     }
 }
+
+// The argument table's refresh and the prelude in one kernel, which graph-rt puts in the place
+// of the graph's `table_refresh` node (one kernel launch fewer at the head of every replay):
+// first exactly what table_refresh (kernels/cuda/table.cu) does — copy mirror (*seq % depth)
+// into the table, count the refresh in *seq, acknowledge it in acks[m] — then every thread
+// patches words (i = threadIdx.x, i += blockDim.x) from the table it just wrote. Launch with
+// ONE block (256 threads); depth >= 1. The patched nodes follow it with full edges.
+extern "C" __global__ void prelude_refresh_patch(const unsigned long long* mirrors,
+                                                 unsigned long long* table, unsigned int words,
+                                                 unsigned int depth, unsigned long long* seq,
+                                                 unsigned long long* acks,
+                                                 const PreludePatch* patches, unsigned int count)
+{
+    __shared__ unsigned long long s_seq;
+    if (threadIdx.x == 0) {
+        s_seq = *seq;
+    }
+    __syncthreads();
+    unsigned long long s = s_seq;
+    unsigned long long m = s % depth;
+    // Volatile loads: the mirror is host memory the host wrote before the launch.
+    const volatile unsigned long long* src = mirrors + m * words;
+    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
+        table[i] = src[i];
+    }
+    // The block's table writes are visible to the whole block after the barrier.
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *seq = s + 1;
+        *(volatile unsigned long long*)(acks + m) = s + 1;
+        __threadfence_system();
+    }
+    for (unsigned int i = threadIdx.x; i < count; i += blockDim.x) {
+        PreludePatch p = patches[i];
+        unsigned long long value = table[p.slot] + p.interior;
+        cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value));
+    }
+}

@@ -46,7 +46,16 @@ impl Cubins {
 /// };
 /// extern "C" __global__ void prelude_patch(const PreludePatch* patches, unsigned int count,
 ///                                          const unsigned long long* table);
+/// extern "C" __global__ void prelude_refresh_patch(
+///     const unsigned long long* mirrors, unsigned long long* table, unsigned int words,
+///     unsigned int depth, unsigned long long* seq, unsigned long long* acks,
+///     const PreludePatch* patches, unsigned int count);
 /// ```
+///
+/// `prelude_refresh_patch` is [`TABLE`]'s `table_refresh` (same first six parameters, same
+/// effect) followed by the patches, in ONE block of 256 threads (thread `t` patches `t`,
+/// `t + 256`, ...): graph-rt puts it in the place of a graph's refresh node, one kernel fewer at
+/// the head of every replay. The rest of this section describes `prelude_patch`.
 ///
 /// One thread per patch (`i = blockIdx.x * blockDim.x + threadIdx.x`, `i < count`), so the grid
 /// must cover `count`. Thread `i` reads `p = patches[i]` (device memory) and writes the 8-byte
@@ -74,7 +83,7 @@ impl Cubins {
 /// [`TABLE`]: crate::TABLE
 pub const PRELUDE: Cubins = Cubins {
     name: "prelude",
-    entry_points: &["prelude_patch"],
+    entry_points: &["prelude_patch", "prelude_refresh_patch"],
     sm_80: include_bytes!("../prelude/prelude_sm_80.cubin"),
     sm_90: include_bytes!("../prelude/prelude_sm_90.cubin"),
 };
@@ -91,7 +100,10 @@ mod tests {
     /// point.
     #[test]
     fn prelude_cubins_are_elf_and_export_prelude_patch() {
-        assert_eq!(PRELUDE.entry_points, ["prelude_patch"]);
+        assert_eq!(
+            PRELUDE.entry_points,
+            ["prelude_patch", "prelude_refresh_patch"]
+        );
         for (sm, cubin) in [(80u8, PRELUDE.sm_80), (90, PRELUDE.sm_90)] {
             assert!(cubin.starts_with(b"\x7fELF"), "sm_{sm}: no ELF magic");
             assert!(

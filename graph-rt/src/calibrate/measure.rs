@@ -11,6 +11,7 @@ use super::workload::{chain_shape, chain_step, ChainStep};
 use crate::choose::{CostModel, Mechanism};
 use crate::driver::{CaptureStatus, DeviceBuffer, Event, EventFlags, Stream};
 use crate::error::{Error, Result};
+use crate::prelude::Prelude;
 
 /// Bytes of the copy whose time gives the copy bandwidth.
 const BANDWIDTH_BYTES: usize = 64 << 20;
@@ -42,7 +43,8 @@ pub fn calibrate(stream: &Stream, options: &CalibrateOptions) -> Result<CostMode
     let pdl = device.compute_capability()?.0 >= 9;
     let id = identify(&device)?;
     let bandwidth = copy_bandwidth(stream)?;
-    let planned = options.planned(pdl);
+    let prelude = Prelude::device_support(stream.context()).is_ok();
+    let planned = options.planned(pdl, prelude);
     let mut samples = Vec::with_capacity(planned.len() * options.sizes.len());
     for &nodes in &options.sizes {
         let mut steps = planned
@@ -147,7 +149,7 @@ pub fn cost_model(stream: &Stream, options: &CalibrateOptions) -> Result<(CostMo
     let forced = options.recalibrate || cache::flag(std::env::var_os(cache::ENV_RECALIBRATE));
     let wanted = Wanted {
         device: &id.description,
-        mechanisms: &options.planned(pdl),
+        mechanisms: &options.planned(pdl, Prelude::device_support(stream.context()).is_ok()),
         sizes: &options.sizes,
     };
     cache::load_or_calibrate(path, forced, wanted, || calibrate(stream, options))

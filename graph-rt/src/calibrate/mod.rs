@@ -3,11 +3,11 @@
 //! [`calibrate`] times every rebinding mechanism on one workload, the chain of `add1` kernels
 //! ([`chain_step`]), at a few chain lengths, in interleaved rounds, and fits the
 //! [`CostModel`](crate::CostModel) that [`choose`](crate::choose) asks; [`cost_model`] keeps
-//! that model in a file per device so that a process calibrates once per machine. Mechanisms
-//! built elsewhere (the in-graph prelude) join the same rounds as [`ExtraMechanism`]s.
+//! that model in a file per device so that a process calibrates once per machine. A caller's
+//! own workload for a mechanism joins the same rounds as an [`ExtraMechanism`].
 //!
-//! Depends on `driver`, `launch`, `graph`, `table`, `choose` and `error`; nothing depends on
-//! it.
+//! Depends on `driver`, `launch`, `graph`, `table`, `discover`, `prelude`, `choose` and
+//! `error`; nothing depends on it.
 
 mod cache;
 mod device;

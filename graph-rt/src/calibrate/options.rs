@@ -14,8 +14,7 @@ use crate::error::{Error, Result};
 pub type ChainSetup = Box<dyn Fn(&Stream, usize) -> Result<ChainStep>>;
 
 /// A mechanism the caller measures with a workload of its own, in the same interleaved rounds
-/// as the built-in ones (the in-graph prelude, whose code lives outside this module, is the
-/// case in point).
+/// as the built-in ones (a mechanism built outside graph-rt, or a variant of a built-in one).
 ///
 /// For each chain size N of the calibration, [`calibrate`](super::calibrate) calls `setup` once
 /// with the calibration's stream and N, before anything is timed. The step it returns must do
@@ -30,7 +29,7 @@ pub type ChainSetup = Box<dyn Fn(&Stream, usize) -> Result<ChainStep>>;
 /// ```no_run
 /// use graph_rt_core::{chain_step, CalibrateOptions, ExtraMechanism, Mechanism, Stream};
 ///
-/// // A stand-in for the prelude's workload: the host-update chain.
+/// // Another workload measured as the prelude: here, the host-update chain.
 /// let prelude = ExtraMechanism::new(Mechanism::Prelude, |stream: &Stream, nodes: usize| {
 ///     chain_step(stream, Mechanism::HostUpdate, nodes)
 /// });
@@ -118,15 +117,16 @@ impl CalibrateOptions {
     }
 
     /// The mechanisms a calibration measures on a device with (`pdl`) or without programmatic
-    /// dependent launch, in [`Mechanism::ALL`]'s order: the built-in ones that apply, and the
+    /// dependent launch, where the prelude loads (`prelude`) or not, in [`Mechanism::ALL`]'s
+    /// order: the built-in ones that apply, and the
     /// extra ones.
-    pub(crate) fn planned(&self, pdl: bool) -> Vec<Mechanism> {
+    pub(crate) fn planned(&self, pdl: bool, prelude: bool) -> Vec<Mechanism> {
         Mechanism::ALL
             .into_iter()
             .filter(|&m| {
                 let built_in = match m {
                     Mechanism::TablePdl => pdl,
-                    Mechanism::Prelude => false,
+                    Mechanism::Prelude => prelude,
                     _ => true,
                 };
                 built_in || self.extra.iter().any(|e| e.mechanism == m)
@@ -158,19 +158,23 @@ mod tests {
     fn the_plan_follows_the_device_and_the_extras() {
         let mut o = CalibrateOptions::default();
         assert_eq!(
-            o.planned(true),
+            o.planned(true, false),
             vec![TablePdl, Table, HostUpdate, ExecUpdate, StaticCopy]
         );
         assert_eq!(
-            o.planned(false),
+            o.planned(false, false),
             vec![Table, HostUpdate, ExecUpdate, StaticCopy]
+        );
+        assert_eq!(
+            o.planned(true, true),
+            vec![TablePdl, Table, Prelude, HostUpdate, ExecUpdate, StaticCopy]
         );
         o.extra.push(never());
         o.extra.push(ExtraMechanism::new(TablePdl, |_: &Stream, _| {
             Err(Error::invalid("test", "not called"))
         }));
         assert_eq!(
-            o.planned(false),
+            o.planned(false, false),
             vec![TablePdl, Table, Prelude, HostUpdate, ExecUpdate, StaticCopy]
         );
         assert!(o.extra_setup(Prelude).is_some() && o.extra_setup(Table).is_none());

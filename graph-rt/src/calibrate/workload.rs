@@ -4,18 +4,16 @@
 //! buffer sets, then a launch.
 
 use crate::choose::{GraphShape, Mechanism};
+use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{CaptureStatus, Context, DeviceBuffer, Function, Module, Stream};
 use crate::error::{Error, Result};
 use crate::graph::{CaptureMode, CapturedNode, Graph, GraphExec, Node};
 use crate::launch::LaunchConfig;
-use crate::table::{ArgTable, PtrSlot, TableOptions};
+use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
+use crate::table::{ArgTable, PtrSlot, SlotRef, TableOptions};
 
 /// Floats per buffer of the chain.
 const ELEMS: usize = 4096;
-
-/// Why the prelude has no built-in step.
-const NO_PRELUDE: &str = "the prelude's workload is not built in: pass it as an \
-                          ExtraMechanism in CalibrateOptions::extra";
 
 /// One step of a mechanism on its chain: every pointer rebound to the other buffer set, and a
 /// launch, queued on the stream it is given (not synchronized). See [`chain_step`].
@@ -47,15 +45,17 @@ pub fn chain_shape(nodes: usize, pdl: bool) -> GraphShape {
 /// - [`Mechanism::TablePdl`], [`Mechanism::Table`]: the table forms of `add1`
 ///   (`CHAIN_TABLE_PDL` launched with programmatic stream serialization, `CHAIN_TABLE`); each
 ///   step binds every slot ([`ArgTable::bind`]) and launches through the table.
+/// - [`Mechanism::Prelude`]: the plain `add1` chain captured twice after a table's refresh,
+///   its pointers discovered and rewritten on the device by the in-graph prelude from the
+///   table's slots ([`Prelude`]); each step binds every slot and launches.
 /// - [`Mechanism::HostUpdate`]: [`GraphExec::set_kernel_args`] on every node, then a launch.
 /// - [`Mechanism::ExecUpdate`]: the chain captured anew over the other set, and
 ///   [`GraphExec::update`], then a launch.
 /// - [`Mechanism::StaticCopy`]: a static graph over buffers of its own; each step copies the
 ///   input (device to device) into its first buffer, launches, and copies its last buffer out.
 ///
-/// Errors: [`Mechanism::Prelude`] (not built in: see
-/// [`CalibrateOptions::extra`](super::CalibrateOptions)), [`Mechanism::TablePdl`] below compute
-/// capability 9.0, `nodes == 0`, and the driver's errors.
+/// Errors: [`Mechanism::Prelude`] where the prelude does not load, [`Mechanism::TablePdl`]
+/// below compute capability 9.0, `nodes == 0`, and the driver's errors.
 pub fn chain_step(stream: &Stream, mechanism: Mechanism, nodes: usize) -> Result<ChainStep> {
     let mut chain = Chain::new(stream, mechanism, nodes)?;
     Ok(Box::new(move |s: &Stream| chain.step(s)))
@@ -76,6 +76,12 @@ enum Form {
         table: ArgTable,
         slots: Vec<PtrSlot<f32>>,
         exec: GraphExec,
+    },
+    Prelude {
+        table: ArgTable,
+        slots: Vec<PtrSlot<f32>>,
+        exec: GraphExec,
+        prelude: Prelude,
     },
     HostUpdate {
         exec: GraphExec,
@@ -175,6 +181,68 @@ fn table_form(stream: &Stream, nodes: usize, pdl: bool) -> Result<Form> {
     Ok(Form::Table { table, slots, exec })
 }
 
+/// The plain chain over each set, captured after a new table's refresh, its pointers found by
+/// discovery and rewritten by the prelude from slots 0..=nodes.
+fn prelude_form(stream: &Stream, nodes: usize, sets: &[Vec<DeviceBuffer<f32>>; 2]) -> Result<Form> {
+    const CALL: &str = "chain_step";
+    let ctx = stream.context();
+    let f = add1(ctx, &graph_rt_kernels::CHAIN)?;
+    let options = TableOptions {
+        capacity: nodes + 1,
+        depth: 4,
+    };
+    let mut table = ArgTable::new(ctx, options)?;
+    let slots = (0..=nodes)
+        .map(|_| table.ptr_slot_with(16, ELEMS))
+        .collect::<Result<Vec<PtrSlot<f32>>>>()?;
+    let c = config(false);
+    let mut capture = |bufs: &[DeviceBuffer<f32>]| {
+        stream.capture(CaptureMode::Global, |s| {
+            table.record_refresh(s)?;
+            for k in 0..nodes {
+                // SAFETY: as in `capture`; the prelude rewrites both pointers to buffers of
+                // ELEMS floats bound to the slots (checked by the slots' minimum length).
+                unsafe { s.launch(&f, &c, (&bufs[k], &bufs[k + 1], ELEMS as i32))? };
+            }
+            Ok(())
+        })
+    };
+    let (mut first, second) = (capture(&sets[0])?, capture(&sets[1])?);
+    let dynamic = |set: &[DeviceBuffer<f32>]| -> Vec<Dynamic> {
+        set.iter()
+            .map(|b| Dynamic {
+                base: b.as_raw(),
+                len: b.num_bytes() as u64,
+            })
+            .collect()
+    };
+    let (snaps, found) = discover_graphs(&first, &second, &dynamic(&sets[0]), &dynamic(&sets[1]))?;
+    drop(second);
+    let refs: Vec<SlotRef> = slots.iter().map(PtrSlot::erased).collect();
+    let prelude = Prelude::install(
+        &mut first,
+        &table,
+        &snaps,
+        &found,
+        &dynamic(&sets[0]),
+        &refs,
+        PreludeOptions::default(),
+    )?;
+    if let PreludeMode::Host { reason } = &prelude.report().mode {
+        return Err(Error::invalid(
+            CALL,
+            format!("the prelude does not load here: {reason}"),
+        ));
+    }
+    let exec = first.instantiate()?;
+    Ok(Form::Prelude {
+        table,
+        slots,
+        exec,
+        prelude,
+    })
+}
+
 impl Chain {
     /// The chain of `nodes` kernels for `mechanism`, captured on `stream`.
     pub(crate) fn new(stream: &Stream, mechanism: Mechanism, nodes: usize) -> Result<Self> {
@@ -216,7 +284,11 @@ impl Chain {
                     Form::StaticCopy { exec, fixed },
                 )
             }
-            Mechanism::Prelude => return Err(Error::invalid(CALL, NO_PRELUDE)),
+            Mechanism::Prelude => {
+                let sets = full()?;
+                let form = prelude_form(stream, nodes, &sets)?;
+                (sets, form)
+            }
         };
         Ok(Self {
             sets,
@@ -235,6 +307,17 @@ impl Chain {
                     table.bind(slot, buf)?;
                 }
                 table.launch(exec, stream)
+            }
+            Form::Prelude {
+                table,
+                slots,
+                exec,
+                prelude,
+            } => {
+                for (slot, buf) in slots.iter().zip(set.iter()) {
+                    table.bind(slot, buf)?;
+                }
+                prelude.launch(table, exec, stream)
             }
             Form::HostUpdate { exec, nodes } => {
                 for (k, node) in nodes.iter().enumerate() {

@@ -285,28 +285,35 @@ impl Graph {
         })
     }
 
-    /// Removes the edges `edges` (of this graph, with the kinds they have).
+    /// Replaces kernel node `node`'s kernel and arguments (`cuGraphKernelNodeSetParams`), with
+    /// `config`'s grid, block and shared memory; the graph keeps what the arguments use.
     ///
-    /// Internal: a removed edge can let a kernel read what another has not finished writing;
-    /// the caller re-establishes the order it removes.
-    pub(crate) fn remove_edges(&mut self, edges: &[super::Edge]) -> Result<()> {
-        const CALL: &str = "cuGraphRemoveDependencies";
+    /// # Safety
+    /// As [`Stream::launch`](crate::Stream::launch), for every replay.
+    pub(crate) unsafe fn set_kernel<A: KernelArgs>(
+        &mut self,
+        node: Node,
+        f: &Function,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        const CALL: &str = "cuGraphKernelNodeSetParams";
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock(CALL)?;
-        let id = self.handle.id;
-        let from: Vec<Node> = edges.iter().map(|e| e.from).collect();
-        let to: Vec<Node> = edges.iter().map(|e| e.to).collect();
-        let (f, t) = (raw_nodes(&from, id, CALL)?, raw_nodes(&to, id, CALL)?);
-        let data: Vec<cuda_sys::CUgraphEdgeData> = edges.iter().map(|e| e.kind.into()).collect();
-        // SAFETY: three equal-length arrays; edges of this graph.
-        check(CALL, unsafe {
-            cuda_sys::cuGraphRemoveDependencies_v2(
-                self.raw,
-                f.as_ptr(),
-                t.as_ptr(),
-                data.as_ptr(),
-                f.len(),
-            )
-        })
+        self.ctx.bind()?;
+        let raw = node.raw_in(self.handle.id, CALL)?;
+        let layout = f.param_layout()?;
+        args.with_params(|params, sizes| -> Result<()> {
+            check_layout(f, layout, sizes, CALL)?;
+            let p = kernel_params(f, config, params.as_mut_ptr());
+            // SAFETY: a kernel node of this locked graph; `p` points at parameter values alive
+            // for this call (the driver copies them).
+            check(CALL, unsafe {
+                cuda_sys::cuGraphKernelNodeSetParams(raw, &p)
+            })
+        })?;
+        args.retain(self.kept());
+        self.functions.insert(f.as_raw() as usize, f.clone());
+        Ok(())
     }
 }

@@ -17,9 +17,6 @@ use crate::Stream;
 /// offset in the node's parameters, the slot. 24 bytes, three words.
 const PATCH_WORDS: usize = 3;
 
-/// Threads per block of the prelude kernel (one thread per patched word).
-const BLOCK: u32 = 128;
-
 /// How the caller wants the discovered words rebound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PreludeOptions {
@@ -167,6 +164,12 @@ impl Prelude {
         Ok(prelude)
     }
 
+    /// Whether the shipped prelude loads on `ctx`'s GPU, or why not (a GPU it is not compiled
+    /// for, a driver that refuses it).
+    pub fn device_support(ctx: &Context) -> std::result::Result<(), String> {
+        load(ctx).map(|_| ())
+    }
+
     /// What was installed, and where the words are rewritten.
     pub fn report(&self) -> &PreludeReport {
         &self.report
@@ -306,12 +309,12 @@ fn load(ctx: &Context) -> std::result::Result<Function, String> {
     let module = unsafe { Module::from_cubin(ctx, image) }
         .map_err(|e| format!("the prelude cubin did not load: {e}"))?;
     module
-        .function("prelude_patch")
-        .map_err(|e| format!("the prelude cubin has no prelude_patch: {e}"))
+        .function("prelude_refresh_patch")
+        .map_err(|e| format!("the prelude cubin has no prelude_refresh_patch: {e}"))
 }
 
-/// Marks the patched nodes device-updatable, uploads the patches and adds the prelude node
-/// after the refresh, with a full edge to each patched node.
+/// Marks the patched nodes device-updatable, uploads the patches and makes the refresh node run
+/// the prelude's refresh-and-patch kernel, with a full edge to each patched node.
 fn install_device(
     graph: &mut Graph,
     table: &ArgTable,
@@ -360,33 +363,33 @@ fn install_device(
     }
     let buffer = DeviceBuffer::from_host(&graph.ctx, &words)?;
     let count = patches.len() as u32;
-    let cfg = LaunchConfig::new(count.div_ceil(BLOCK), BLOCK);
-    let args = (buffer.as_raw(), count, table.device_table());
-    // SAFETY: prelude_patch reads `count` 24-byte patches from `buffer` (kept alive by the graph
-    // below) and one table word per patch (the table, kept alive by the graph's refresh node),
-    // and writes only the device-updatable nodes' parameters.
-    let node = unsafe { graph.add_kernel(&[refresh], f, &cfg, args)? };
-    graph.keep_alive(buffer.allocation().clone());
-    // The prelude takes the refresh's place at the head of the graph: what followed the refresh
-    // now follows the prelude (full edges), so a chain stays a chain (extra edges from one node
-    // to many cost the driver per node). Patched nodes the refresh did not precede get an edge
-    // of their own.
-    let edges = graph.edges()?;
-    let after: Vec<crate::graph::Edge> = edges
-        .iter()
-        .filter(|e| e.from == refresh && e.to != node)
-        .copied()
-        .collect();
-    let reached = reachable(&edges, refresh);
-    let mut to: Vec<Node> = after.iter().map(|e| e.to).collect();
-    to.extend(
-        patched
-            .iter()
-            .map(|(_, n, _)| *n)
-            .filter(|n| !reached.contains(&n.key())),
+    let (mirrors, tbl, table_words, depth, seq, acks) = table.refresh_args();
+    let args = (
+        mirrors,
+        tbl,
+        table_words,
+        depth,
+        seq,
+        acks,
+        buffer.as_raw(),
+        count,
     );
-    graph.add_dependencies(&vec![node; to.len()], &to)?;
-    graph.remove_edges(&after)
+    // SAFETY: prelude_refresh_patch does what the refresh node did with the same table (kept
+    // alive by the graph since the refresh was recorded), then reads `count` 24-byte patches
+    // from `buffer` (kept alive by the graph below) and writes only the device-updatable
+    // nodes' parameters. One block, as the refresh.
+    unsafe { graph.set_kernel(refresh, f, &LaunchConfig::new(1u32, 256u32), args)? };
+    graph.keep_alive(buffer.allocation().clone());
+    // The refresh node now patches: every patched node must follow it. Those a capture put
+    // after it already do (a chain stays a chain: extra edges from one node to many cost the
+    // driver per node); the others get a full edge.
+    let reached = reachable(&graph.edges()?, refresh);
+    let to: Vec<Node> = patched
+        .iter()
+        .map(|(_, n, _)| *n)
+        .filter(|n| !reached.contains(&n.key()))
+        .collect();
+    graph.add_dependencies(&vec![refresh; to.len()], &to)
 }
 
 /// Keys of the nodes `edges` lead to from `from`.

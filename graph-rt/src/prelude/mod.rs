@@ -1,9 +1,10 @@
 //! The in-graph prelude: kernels graph-rt cannot rewrite (cuBLAS, cuDNN, precompiled cubins)
 //! rebound on the device. Discovery (`discover/`) finds which parameter words of which kernel
 //! nodes hold the addresses of the buffers the caller declares dynamic; the prelude marks those
-//! nodes device-updatable and adds one kernel after the argument table's refresh that writes
-//! every such word from the table's slots (`cudaGraphKernelNodeSetParam`, one thread per word),
-//! with a full edge to each patched node. A replay is then rebound by binding the table's slots,
+//! nodes device-updatable and puts in the place of the graph's argument-table refresh a kernel
+//! that refreshes the table and then writes every such word from the table's slots
+//! (`cudaGraphKernelNodeSetParam`), every patched node following it with a full edge: no
+//! kernel is added to the replay. A replay is then rebound by binding the table's slots,
 //! as for kernels in table form: no driver call but the launch.
 //!
 //! Where the shipped prelude cannot load (a GPU it is not compiled for, a driver that refuses

@@ -191,11 +191,6 @@ impl super::ArgTable {
         self.words.get(index as usize).copied().unwrap_or(0)
     }
 
-    /// The device table's address.
-    pub(crate) fn device_table(&self) -> CUdeviceptr {
-        self.shared.table.as_raw()
-    }
-
     /// The table's refresh kernel (to find its node in a graph).
     pub(crate) fn refresh_function(&self) -> &crate::driver::Function {
         &self.shared.refresh

@@ -443,7 +443,7 @@ impl ArgTable {
         self.words.is_empty()
     }
 
-    fn refresh_args(&self) -> (u64, u64, u32, u32, u64, u64) {
+    pub(crate) fn refresh_args(&self) -> (u64, u64, u32, u32, u64, u64) {
         let s = &self.shared;
         (
             s.mirrors.device_ptr(),
