@@ -25,9 +25,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use graph_rt::{
-    discover_graphs, ArgTable, CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Dynamic,
-    Event, EventFlags, Function, Graph, HostPatcher, LaunchConfig, Module, Prelude, PreludeOptions,
-    PtrSlot, Stream, TableKernel, TableOptions,
+    discover_graphs, ArgTable, CaptureMode, CaptureScope, Context, Cublas, CublasOp, DeviceBuffer,
+    Dynamic, Event, EventFlags, Function, Graph, HostPatcher, LaunchConfig, Module, Prelude,
+    PreludeOptions, PtrSlot, Stream, TableKernel, TableOptions,
 };
 use rand::Rng;
 
@@ -128,23 +128,7 @@ fn capture_plain(
         for l in 0..LAYERS {
             let (h, a, o) = (&mut acts.h[l], &mut acts.a[l], &mut acts.o[l]);
             let input = if l == 0 { x } else { &acts.y[l - 1] };
-            blas.record(s, |b| {
-                b.sgemm(
-                    CublasOp::N,
-                    CublasOp::N,
-                    M,
-                    D,
-                    D,
-                    1.0,
-                    input,
-                    M,
-                    &w.w1[l],
-                    D,
-                    0.0,
-                    h,
-                    M,
-                )
-            })?;
+            gemm(blas, s, input, &w.w1[l], h)?;
             // SAFETY: bias_gelu over M×D floats of h (read), D of b1, M×D of a (written).
             unsafe {
                 s.launch(
@@ -153,28 +137,39 @@ fn capture_plain(
                     (&*h, &w.b1[l], &*a, M as i32, D as i32),
                 )?
             };
-            blas.record(s, |b| {
-                b.sgemm(
-                    CublasOp::N,
-                    CublasOp::N,
-                    M,
-                    D,
-                    D,
-                    1.0,
-                    a,
-                    M,
-                    &w.w2[l],
-                    D,
-                    0.0,
-                    o,
-                    M,
-                )
-            })?;
+            gemm(blas, s, a, &w.w2[l], o)?;
             let y = if l == LAYERS - 1 { out } else { &acts.y[l] };
             // SAFETY: residual_add over M×D floats of three distinct buffers.
             unsafe { s.launch(&k.residual, &k.plain, (input, &*o, y, (M * D) as i32))? };
         }
         Ok(())
+    })
+}
+
+/// Records `c = a · w` (M×D times D×D, column-major) on the capture `s`.
+fn gemm(
+    blas: &Cublas,
+    s: &CaptureScope<'_>,
+    a: &DeviceBuffer<f32>,
+    w: &DeviceBuffer<f32>,
+    c: &mut DeviceBuffer<f32>,
+) -> graph_rt::Result<()> {
+    blas.record(s, |b| {
+        b.sgemm(
+            CublasOp::N,
+            CublasOp::N,
+            M,
+            D,
+            D,
+            1.0,
+            a,
+            M,
+            w,
+            D,
+            0.0,
+            c,
+            M,
+        )
     })
 }
 
@@ -207,46 +202,14 @@ fn capture_chosen(
         for l in 0..LAYERS {
             let (h, a, o) = (&mut acts.h[l], &mut acts.a[l], &mut acts.o[l]);
             let input = if l == 0 { x } else { &acts.y[l - 1] };
-            blas.record(s, |b| {
-                b.sgemm(
-                    CublasOp::N,
-                    CublasOp::N,
-                    M,
-                    D,
-                    D,
-                    1.0,
-                    input,
-                    M,
-                    &w.w1[l],
-                    D,
-                    0.0,
-                    h,
-                    M,
-                )
-            })?;
+            gemm(blas, s, input, &w.w1[l], h)?;
             let [hs, as_, os, ys] = &sl.acts[l];
             // SAFETY: as in `capture_plain`, through slots bound to buffers of those sizes.
             unsafe {
                 k.bias_gelu_t
                     .record(s, &k.table, (hs, &sl.b1[l], as_, M as i32, D as i32))?
             };
-            blas.record(s, |b| {
-                b.sgemm(
-                    CublasOp::N,
-                    CublasOp::N,
-                    M,
-                    D,
-                    D,
-                    1.0,
-                    a,
-                    M,
-                    &w.w2[l],
-                    D,
-                    0.0,
-                    o,
-                    M,
-                )
-            })?;
+            gemm(blas, s, a, &w.w2[l], o)?;
             let xs = if l == 0 { &sl.x } else { &sl.acts[l - 1][3] };
             let ys = if l == LAYERS - 1 { &sl.out } else { ys };
             // SAFETY: as above.
