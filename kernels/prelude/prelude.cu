@@ -22,7 +22,11 @@ extern "C" __global__ void prelude_patch(const PreludePatch* patches, unsigned i
     if (i < count) {
         PreludePatch p = patches[i];
         unsigned long long value = table[p.slot] + p.interior;
-        cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value));
+        // A patch that did not take would leave the node on the last replay's buffer: stop the
+        // graph (the launch fails with an error the host sees) rather than run it.
+        if (cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value)) != cudaSuccess) {
+            __trap();
+        }
     }
 }
 
@@ -60,6 +64,10 @@ extern "C" __global__ void prelude_refresh_patch(const unsigned long long* mirro
     for (unsigned int i = threadIdx.x; i < count; i += blockDim.x) {
         PreludePatch p = patches[i];
         unsigned long long value = table[p.slot] + p.interior;
-        cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value));
+        // A patch that did not take would leave the node on the last replay's buffer: stop the
+        // graph (the launch fails with an error the host sees) rather than run it.
+        if (cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value)) != cudaSuccess) {
+            __trap();
+        }
     }
 }

@@ -94,6 +94,12 @@ impl HostPatcher {
     /// launch until the next rebinding's launches have finished.
     pub unsafe fn rebind(&mut self, exec: &GraphExec, bases: &[CUdeviceptr]) -> Result<()> {
         const CALL: &str = "HostPatcher::rebind";
+        if exec.is_device_updatable() {
+            return Err(Error::invalid(
+                CALL,
+                "the exec's graph has device-updatable nodes (an in-graph prelude): host updates would race the device's",
+            ));
+        }
         if bases.len() != self.buffers {
             return Err(Error::invalid(
                 CALL,

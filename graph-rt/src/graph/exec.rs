@@ -87,6 +87,8 @@ pub struct GraphExec {
     // The graph has device-updatable nodes and the exec has not been uploaded since it was made
     // or updated from the host: the next launch uploads it first (CUDA requires it).
     pub(super) needs_upload: Cell<bool>,
+    // Whole-graph updates applied (in place or by re-instantiation).
+    pub(super) updates: Cell<u64>,
     pub(super) _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -148,6 +150,7 @@ impl Graph {
             last_raw: Cell::new(0),
             launches: Cell::new(0),
             needs_upload: Cell::new(device_updatable && options.upload.is_none()),
+            updates: Cell::new(0),
             _not_sync: PhantomData,
         })
     }
@@ -257,6 +260,16 @@ impl GraphExec {
         self.graph.id
     }
 
+    /// Whole-graph updates applied to the exec since it was instantiated.
+    pub(crate) fn updates(&self) -> u64 {
+        self.updates.get()
+    }
+
+    /// Whether the exec's graph has device-updatable kernel nodes.
+    pub(crate) fn is_device_updatable(&self) -> bool {
+        self.graph.is_device_updatable()
+    }
+
     /// The key of the argument table replays must be launched through, if any.
     pub(crate) fn launch_key(&self) -> Option<u64> {
         self.launch_key
@@ -291,8 +304,10 @@ impl GraphExec {
     /// paired with the exec's (see `identity`).
     fn member(&mut self, node: Node, call: &'static str) -> Result<CUgraphNode> {
         // Every host-side node update names its node here: a graph with device-updatable nodes
-        // must be uploaded again before its next launch (CUDA).
+        // must be uploaded again before its next launch, and a host update must not meet a
+        // device-side one of a launch in flight (CUDA).
         if self.graph.is_device_updatable() {
+            self.wait_last_launch()?;
             self.needs_upload.set(true);
         }
         if node.graph == self.graph.id {
@@ -527,7 +542,10 @@ impl Drop for GraphExec {
     /// with memory nodes (CUDA allows one exec of such a graph at a time, and frees a running exec
     /// once its launch completes), so that the graph can be instantiated again at once.
     fn drop(&mut self) {
-        self.graph.execs.fetch_sub(1, Ordering::AcqRel);
+        let _ = self
+            .graph
+            .execs
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         let exec = ExecToDestroy(self.raw, self.ctx.clone());
         let inner = self.ctx.inner.clone();
         let Some(stream) = self.last_stream.get_mut().take() else {

@@ -76,6 +76,7 @@ impl GraphExec {
             unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
         };
         if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
+            self.updates.set(self.updates.get() + 1);
             self.absorb(graph);
             let h = graph.handle.clone();
             self.identity.reset(Some(h.clone()), Some(h));
@@ -141,6 +142,7 @@ impl GraphExec {
                 });
                 self.ctx.inner.record(r);
                 self.raw = raw;
+                self.updates.set(self.updates.get() + 1);
                 self.absorb(graph);
                 // The graph the exec ran before names the new exec's nodes, unless the topology
                 // changed (then its nodes have no counterparts).
@@ -150,6 +152,14 @@ impl GraphExec {
                     .take()
                     .unwrap_or_else(|| self.graph.clone());
                 let alias = (failure.kind != UpdateFailureKind::TopologyChanged).then_some(before);
+                // The exec now belongs to `graph`: move it between the graphs' exec counts.
+                self.graph
+                    .execs
+                    .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                graph
+                    .handle
+                    .execs
+                    .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 self.graph = graph.handle.clone();
                 self.identity.reset(None, alias);
                 Ok(ExecUpdate::Reinstantiated(failure))
@@ -159,7 +169,7 @@ impl GraphExec {
 
     /// Waits for the last launch of this exec (launches of one exec run in order). Only once
     /// that succeeded is the exec known idle.
-    fn wait_last_launch(&mut self) -> Result<()> {
+    pub(super) fn wait_last_launch(&mut self) -> Result<()> {
         if let Some(stream) = self.last_stream.get_mut() {
             stream.synchronize()?;
             *self.last_stream.get_mut() = None;

@@ -152,6 +152,16 @@ impl Prelude {
             (true, _) => Err("host updates chosen by the caller".to_string()),
             (false, _) => load(graph.context()),
         };
+        let function = function.and_then(|f| {
+            // The attribute on the first patched node: where the driver refuses it, nothing
+            // changed and the words are rewritten from the host.
+            let node = first[discovery.patches[0].node].node;
+            let _guard = graph.handle.lock(CALL).map_err(|e| e.to_string())?;
+            // SAFETY: a kernel node of this live, locked graph (checked above).
+            unsafe { make_device_updatable(node.raw) }
+                .map(|_| f)
+                .map_err(|e| format!("the driver refused a device-updatable node: {e}"))
+        });
         match function {
             Ok(f) => install_device(graph, table, first, discovery, slots, refresh, &f)?,
             Err(reason) => {
@@ -193,6 +203,12 @@ impl Prelude {
         }
         if table.key() != self.table {
             return Err(Error::invalid(CALL, "not the table the prelude reads"));
+        }
+        if exec.updates() > 0 {
+            return Err(Error::invalid(
+                CALL,
+                "the exec was updated from another graph since it was instantiated: the prelude's words are of the graph it was installed in",
+            ));
         }
         if let Some((patcher, bases)) = &mut self.host {
             for (b, s) in bases.iter_mut().zip(&self.slots) {
@@ -270,6 +286,21 @@ fn check_slots(
 /// The node of `graph` running `table`'s refresh: it must exist and be a root.
 fn refresh_node(graph: &Graph, table: &ArgTable, first: &[KernelSnapshot]) -> Result<Node> {
     const CALL: &str = "Prelude::install";
+    if let Some(s) = first.iter().find(|s| s.node.graph != graph.handle.id) {
+        return Err(Error::invalid(
+            CALL,
+            format!(
+                "the snapshots are not of this graph (node {:?} is another graph's): read them with kernel_snapshots from the graph the prelude goes into",
+                s.node.as_raw()
+            ),
+        ));
+    }
+    if graph.handle.is_device_updatable() {
+        return Err(Error::invalid(
+            CALL,
+            "the graph already has a prelude installed",
+        ));
+    }
     let f = table.refresh_function().as_raw();
     let mut found = first.iter().filter(|s| s.func == f);
     let (Some(r), None) = (found.next(), found.next()) else {
@@ -281,7 +312,7 @@ fn refresh_node(graph: &Graph, table: &ArgTable, first: &[KernelSnapshot]) -> Re
     if graph.launch_key != Some(table.key()) {
         return Err(Error::invalid(
             CALL,
-            "the snapshots are not of this graph, or the graph does not refresh this table",
+            "the graph does not refresh this table",
         ));
     }
     if graph.edges()?.iter().any(|e| e.to == r.node) {
@@ -374,28 +405,36 @@ fn install_device(
         buffer.as_raw(),
         count,
     );
-    // SAFETY: prelude_refresh_patch does what the refresh node did with the same table (kept
-    // alive by the graph since the refresh was recorded), then reads `count` 24-byte patches
-    // from `buffer` (kept alive by the graph below) and writes only the device-updatable
-    // nodes' parameters. One block, as the refresh.
-    unsafe { graph.set_kernel(refresh, f, &LaunchConfig::new(1u32, 256u32), args)? };
-    graph.keep_alive(buffer.allocation().clone());
-    // The refresh node now patches: every patched node must follow it. Those a capture put
-    // after it already do (a chain stays a chain: extra edges from one node to many cost the
-    // driver per node); the others get a full edge.
+    // Every patched node must follow the refresh-and-patch kernel by full edges. Those a
+    // capture put after the refresh already do (a chain stays a chain: extra edges from one
+    // node to many cost the driver per node); the others get a full edge, before the node
+    // starts patching (so a failure leaves no patching kernel racing its targets).
     let reached = reachable(&graph.edges()?, refresh);
     let to: Vec<Node> = patched
         .iter()
         .map(|(_, n, _)| *n)
         .filter(|n| !reached.contains(&n.key()))
         .collect();
-    graph.add_dependencies(&vec![refresh; to.len()], &to)
+    if !to.is_empty() {
+        graph.add_dependencies(&vec![refresh; to.len()], &to)?;
+    }
+    // SAFETY: prelude_refresh_patch does what the refresh node did with the same table (kept
+    // alive by the graph since the refresh was recorded), then reads `count` 24-byte patches
+    // from `buffer` (kept alive by the graph below) and writes only the device-updatable
+    // nodes' parameters. One block, as the refresh.
+    unsafe { graph.set_kernel(refresh, f, &LaunchConfig::new(1u32, 256u32), args)? };
+    graph.keep_alive(buffer.allocation().clone());
+    Ok(())
 }
 
-/// Keys of the nodes `edges` lead to from `from`.
+/// Keys of the nodes that full edges of `edges` lead to from `from` (programmatic and
+/// launch-order edges let a node start before its predecessor ends: they do not order).
 fn reachable(edges: &[crate::graph::Edge], from: Node) -> std::collections::HashSet<usize> {
     let mut next: std::collections::HashMap<usize, Vec<Node>> = Default::default();
-    for e in edges {
+    for e in edges
+        .iter()
+        .filter(|e| e.kind == crate::graph::EdgeKind::Full)
+    {
         next.entry(e.from.key()).or_default().push(e.to);
     }
     let mut seen = std::collections::HashSet::new();

@@ -121,6 +121,12 @@ fn prelude_on_the_host_when_asked_gives_the_same_results() {
     replays_stay_right(&ctx, &stream, &mut c);
     // Host mode adds no device-updatable node: the graph clones and instantiates twice.
     assert!(c.graph.try_clone().is_ok());
+    // An exec updated from a graph since its instantiation is refused: the prelude's words are
+    // of the graph it was installed in.
+    let mut exec = c.graph.instantiate().unwrap();
+    exec.update(&c.graph).unwrap();
+    let err = c.prelude.launch(&mut c.table, &exec, &stream).unwrap_err();
+    assert!(err.to_string().contains("updated"), "{err}");
 }
 
 #[test]
@@ -210,6 +216,11 @@ fn prelude_install_refuses_bad_slots_and_graphs() {
     let (snaps, d) = discover_graphs(&g, &g2, &dyns(0), &dyns(1)).unwrap();
     let opts = PreludeOptions::default();
     let good = [ok.erased(), ok.erased()];
+    // Snapshots of another graph.
+    let (other_snaps, _) = discover_graphs(&g2, &g, &dyns(1), &dyns(0)).unwrap();
+    let err =
+        Prelude::install(&mut g, &table, &other_snaps, &d, &dyns(0), &good, opts).unwrap_err();
+    assert!(err.to_string().contains("not of this graph"), "{err}");
     let err = Prelude::install(&mut g, &table, &snaps, &d, &dyns(0), &good, opts).unwrap_err();
     assert!(err.to_string().contains("refresh"), "{err}");
     // A slot that accepts buffers shorter than the captured ones.
