@@ -319,6 +319,27 @@ pub fn choose(shape: &GraphShape, model: &CostModel, forced: Option<Mechanism>) 
 mod tests {
     use super::*;
 
+    /// Times read back from a cached model are the times measured, to the last bit (the
+    /// H200's calibration gave 27.0495, which serde_json without `float_roundtrip` reads back
+    /// as 27.049500000000002).
+    #[test]
+    fn json_round_trip_is_exact() {
+        let model = CostModel::fit(
+            "d",
+            &[
+                (Mechanism::Table, 10, 22.444500000000002),
+                (Mechanism::Table, 50, 76.255),
+                (Mechanism::HostUpdate, 10, 27.0495),
+                (Mechanism::HostUpdate, 50, 113.0485),
+                (Mechanism::Prelude, 10, 21.438500000000002),
+                (Mechanism::Prelude, 50, 0.1 + 0.2),
+            ],
+            1739653.2812204058,
+        )
+        .unwrap();
+        assert_eq!(CostModel::from_json(&model.to_json()).unwrap(), model);
+    }
+
     /// Samples shaped like this session's H200 chain figures (wall µs per synchronized replay,
     /// every pointer rebound, N = 10 / 200 / 1000).
     fn h200() -> CostModel {
