@@ -320,21 +320,21 @@ mod tests {
     use super::*;
 
     /// Times read back from a cached model are the times measured, to the last bit (the
-    /// H200's calibration gave 27.0495, which serde_json without `float_roundtrip` reads back
-    /// as 27.049500000000002).
+    /// H200's calibration gave 22.444500000000002, one ulp above 22.4445, which serde_json
+    /// without `float_roundtrip` reads back as 22.4445).
     #[test]
     fn json_round_trip_is_exact() {
+        let up = |x: f64| f64::from_bits(x.to_bits() + 1);
         let model = CostModel::fit(
             "d",
             &[
-                (Mechanism::Table, 10, 22.444500000000002),
+                (Mechanism::Table, 10, up(22.4445)),
                 (Mechanism::Table, 50, 76.255),
                 (Mechanism::HostUpdate, 10, 27.0495),
-                (Mechanism::HostUpdate, 50, 113.0485),
-                (Mechanism::Prelude, 10, 21.438500000000002),
+                (Mechanism::Prelude, 10, up(21.4385)),
                 (Mechanism::Prelude, 50, 0.1 + 0.2),
             ],
-            1739653.2812204058,
+            1_739_653.281_220_405_8,
         )
         .unwrap();
         assert_eq!(CostModel::from_json(&model.to_json()).unwrap(), model);

@@ -389,8 +389,7 @@ fn install_device(
         // Parameter buffers are at most 32 KiB (CUDA); `check_slots` checked `p.buffer`.
         let offset = u32::try_from(p.offset)
             .map_err(|_| Error::invalid(CALL, "a parameter offset beyond 4 GiB"))?;
-        let slot = slots[p.buffer].index as u64;
-        words.extend([dev, p.interior, offset as u64 | (slot << 32)]);
+        words.extend(pack(dev, p.interior, offset, slots[p.buffer].index));
     }
     let buffer = DeviceBuffer::from_host(&graph.ctx, &words)?;
     let count = patches.len() as u32;
@@ -449,6 +448,12 @@ fn reachable(edges: &[crate::graph::Edge], from: Node) -> std::collections::Hash
     seen
 }
 
+/// One `PreludePatch` as the kernel reads it: `{node, interior, offset, slot}`, the last two
+/// `u32`s sharing the third little-endian word.
+fn pack(node: u64, interior: u64, offset: u32, slot: u32) -> [u64; PATCH_WORDS] {
+    [node, interior, offset as u64 | (slot as u64) << 32]
+}
+
 /// Sets the device-updatable attribute on `node` and returns its device handle.
 ///
 /// # Safety
@@ -476,4 +481,41 @@ unsafe fn make_device_updatable(node: CUgraphNode) -> Result<u64> {
         ));
     }
     Ok(dev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The packed words are the bytes of the C struct (`static_assert`ed 24 bytes in
+    /// prelude.cu): node at 0, interior at 8, offset at 16, slot at 20.
+    #[test]
+    fn patches_pack_as_the_c_struct() {
+        let w = pack(0x1122_3344_5566_7788, 0x40, 0x2a8, 7);
+        let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(bytes.len(), 24);
+        assert_eq!(&bytes[0..8], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&bytes[8..16], &0x40u64.to_le_bytes());
+        assert_eq!(&bytes[16..20], &0x2a8u32.to_le_bytes());
+        assert_eq!(&bytes[20..24], &7u32.to_le_bytes());
+    }
+
+    #[test]
+    fn reports_say_where_the_words_are_rewritten() {
+        let mut r = PreludeReport {
+            mode: PreludeMode::Device,
+            nodes: 8,
+            words: 67,
+        };
+        assert_eq!(
+            r.to_string(),
+            "67 words in 8 kernel nodes rewritten on the device by the in-graph prelude"
+        );
+        r.mode = PreludeMode::Host {
+            reason: "no prelude cubin for compute capability 10.0".into(),
+        };
+        assert!(r
+            .to_string()
+            .ends_with("(no prelude cubin for compute capability 10.0)"));
+    }
 }
