@@ -407,6 +407,10 @@ pub(crate) fn nodes_of(graph: CUgraph, id: u64) -> Result<Vec<Node>> {
     check("cuGraphGetNodes", unsafe {
         cuda_sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)
     })?;
+    // The driver refuses arrays with a count of 0.
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let mut raw = vec![std::ptr::null_mut(); n];
     // SAFETY: the array holds n entries.
     check("cuGraphGetNodes", unsafe {
@@ -424,6 +428,10 @@ pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
     check("cuGraphGetEdges", unsafe {
         cuda_sys::cuGraphGetEdges_v2(graph, null(), null(), null(), &mut n)
     })?;
+    // The driver refuses arrays with a count of 0 (a graph with no edges).
+    if n == 0 {
+        return Ok(Vec::new());
+    }
     let (mut from, mut to) = (vec![null(); n], vec![null(); n]);
     let mut data = vec![cuda_sys::CUgraphEdgeData::default(); n];
     // SAFETY: the three arrays hold n entries each.

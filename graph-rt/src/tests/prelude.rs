@@ -234,3 +234,80 @@ fn prelude_install_refuses_bad_slots_and_graphs() {
     // Slot count mismatch.
     assert!(Prelude::install(&mut g, &table, &snaps, &d, &dyns(0), &good[..1], opts).is_err());
 }
+
+/// A kernel the capture left unordered with the refresh (added by hand as a root) is patched
+/// too: install orders it after the refresh-and-patch node with a full edge.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn prelude_orders_patched_nodes_the_graph_left_unordered() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
+    let slots: Vec<PtrSlot<f32>> = (0..2)
+        .map(|_| table.ptr_slot_with(16, N).unwrap())
+        .collect();
+    let pair = || {
+        [
+            DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+            DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+        ]
+    };
+    let (a, b) = (pair(), pair());
+    let mut build = |bufs: &[DeviceBuffer<f32>; 2]| {
+        let mut g = stream
+            .capture(CaptureMode::Global, |s| {
+                table.record_refresh(s)?;
+                Ok(())
+            })
+            .unwrap();
+        // SAFETY: add1 over N floats of two distinct N-float buffers.
+        unsafe {
+            g.add_kernel(&[], &f, &cfg, (&bufs[0], &bufs[1], N as i32))
+                .unwrap()
+        };
+        g
+    };
+    let (mut first, second) = (build(&a), build(&b));
+    assert!(first.edges().unwrap().is_empty());
+    let (da, db): (Vec<Dynamic>, Vec<Dynamic>) = (
+        a.iter().map(dynamic).collect(),
+        b.iter().map(dynamic).collect(),
+    );
+    let (snaps, d) = discover_graphs(&first, &second, &da, &db).unwrap();
+    let refs: Vec<_> = slots.iter().map(PtrSlot::erased).collect();
+    let mut prelude = Prelude::install(
+        &mut first,
+        &table,
+        &snaps,
+        &d,
+        &da,
+        &refs,
+        PreludeOptions::default(),
+    )
+    .unwrap();
+    if prelude.report().mode == PreludeMode::Device {
+        let edges = first.edges().unwrap();
+        assert_eq!(edges.len(), 1, "{edges:?}");
+        assert_eq!(edges[0].kind, crate::EdgeKind::Full);
+    }
+    let exec = first.instantiate().unwrap();
+    let mut runs = Vec::new();
+    for _ in 0..10 {
+        let x = random_f32(N);
+        let (xi, yi) = (
+            DeviceBuffer::from_host(&ctx, &x).unwrap(),
+            DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+        );
+        table.bind(&slots[0], &xi).unwrap();
+        table.bind(&slots[1], &yi).unwrap();
+        prelude.launch(&mut table, &exec, &stream).unwrap();
+        runs.push((x, xi, yi));
+    }
+    stream.synchronize().unwrap();
+    for (x, _, y) in &runs {
+        let want: Vec<f64> = x.iter().map(|&v| v as f64 + 1.0).collect();
+        assert_close(&y.to_vec().unwrap(), &want, 1e-6);
+    }
+}
