@@ -5,7 +5,7 @@
 //! that refreshes the table and then writes every such word from the table's slots
 //! (`cudaGraphKernelNodeSetParam`), every patched node following it with a full edge: no
 //! kernel is added to the replay. A replay is then rebound by binding the table's slots,
-//! as for kernels in table form: no driver call but the launch.
+//! as for kernels in table form (see [`ArgTable::launch`](crate::ArgTable::launch)).
 //!
 //! Where the shipped prelude cannot load (a GPU it is not compiled for, a driver that refuses
 //! it) or the caller asks so, the same words are rewritten from the host before each launch

@@ -135,7 +135,7 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 ///     let output = DeviceBuffer::<f32>::alloc(&ctx, 1024)?;
 ///     table.bind(&x, &input)?;
 ///     table.bind(&y, &output)?;
-///     table.launch(&exec, &stream)?; // no copy, no driver call but the launch
+///     table.launch(&exec, &stream)?; // no copy; a capture-status query and the launch
 /// }
 /// stream.synchronize()?;
 /// # Ok(())
@@ -474,7 +474,9 @@ impl ArgTable {
 
     /// Launches `exec`, which must begin with this table's refresh, with the bindings made so
     /// far: copies them into the next mirror (after waiting for its previous launch's
-    /// acknowledgement if every mirror is in flight) and launches. No driver call but the launch.
+    /// acknowledgement if every mirror is in flight) and launches. Driver calls: a query of the
+    /// stream's capture status (a launch captured now would run its refresh at replay, out of
+    /// the table's count) and the launch.
     pub fn launch(&mut self, exec: &GraphExec, stream: &Stream) -> Result<()> {
         if exec.launch_key() != Some(self.id) {
             return Err(Error::invalid(
