@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use super::cache::{self, ModelSource, Wanted};
-use super::device::identify;
+use super::device::{identify, DeviceId};
 use super::options::CalibrateOptions;
 use super::timing::{interleave, median, rounds_at, warm_up};
 use super::workload::{chain_shape, chain_step, ChainStep};
@@ -19,7 +19,7 @@ const BANDWIDTH_BYTES: usize = 64 << 20;
 /// Measures, on `stream`'s device, the wall µs per synchronized replay of the calibration chain
 /// (see [`chain_step`]) at each of `options.sizes` kernel nodes, rebinding every pointer before
 /// each replay, for each mechanism that applies: table + PDL (compute capability 9.0+), table,
-/// host per-node update, re-capture + exec update, static graph with the input copied in and
+/// the in-graph prelude (where it loads), host per-node update, re-capture + exec update, static graph with the input copied in and
 /// the output out, and the caller's [`ExtraMechanism`](super::ExtraMechanism)s; and the
 /// device-to-device copy bandwidth (a 64 MiB copy, timed between events). Returns the model
 /// fitted to those points.
@@ -33,18 +33,38 @@ const BANDWIDTH_BYTES: usize = 64 << 20;
 /// The stream must not be capturing. A few seconds at most on an H200 with the default options.
 pub fn calibrate(stream: &Stream, options: &CalibrateOptions) -> Result<CostModel> {
     options.check()?;
+    measure(stream, options, &plan(stream, options)?)
+}
+
+/// What a calibration of a device measures: found once per call (identifying the device and
+/// loading the prelude to see whether it runs there are driver calls).
+struct Plan {
+    id: DeviceId,
+    pdl: bool,
+    mechanisms: Vec<Mechanism>,
+}
+
+fn plan(stream: &Stream, options: &CalibrateOptions) -> Result<Plan> {
+    let device = stream.context().device();
+    let pdl = device.compute_capability()?.0 >= 9;
+    let prelude = Prelude::device_support(stream.context()).is_ok();
+    Ok(Plan {
+        id: identify(&device)?,
+        pdl,
+        mechanisms: options.planned(pdl, prelude),
+    })
+}
+
+/// [`calibrate`] with its plan made.
+fn measure(stream: &Stream, options: &CalibrateOptions, plan: &Plan) -> Result<CostModel> {
     if stream.capture_status()? != CaptureStatus::None {
         return Err(Error::invalid(
             "calibrate",
             "the stream is capturing: calibration launches and synchronizes, which a capture cannot hold",
         ));
     }
-    let device = stream.context().device();
-    let pdl = device.compute_capability()?.0 >= 9;
-    let id = identify(&device)?;
+    let (pdl, planned) = (plan.pdl, &plan.mechanisms);
     let bandwidth = copy_bandwidth(stream)?;
-    let prelude = Prelude::device_support(stream.context()).is_ok();
-    let planned = options.planned(pdl, prelude);
     let mut samples = Vec::with_capacity(planned.len() * options.sizes.len());
     for &nodes in &options.sizes {
         let mut steps = planned
@@ -71,7 +91,7 @@ pub fn calibrate(stream: &Stream, options: &CalibrateOptions) -> Result<CostMode
             samples.push((m, nodes, us));
         }
     }
-    CostModel::fit(&id.description, &samples, bandwidth)
+    CostModel::fit(&plan.id.description, &samples, bandwidth)
 }
 
 /// Wall µs of one step and the synchronization of `stream` after it.
@@ -138,19 +158,17 @@ fn copy_bandwidth(stream: &Stream) -> Result<f64> {
 /// ```
 pub fn cost_model(stream: &Stream, options: &CalibrateOptions) -> Result<(CostModel, ModelSource)> {
     options.check()?;
-    let device = stream.context().device();
-    let pdl = device.compute_capability()?.0 >= 9;
-    let id = identify(&device)?;
+    let plan = plan(stream, options)?;
     let dir = options
         .cache_dir
         .clone()
         .or_else(|| cache::cache_dir_from(|name| std::env::var_os(name)));
-    let path = dir.map(|d| d.join(cache::file_name(&id.key)));
+    let path = dir.map(|d| d.join(cache::file_name(&plan.id.key)));
     let forced = options.recalibrate || cache::flag(std::env::var_os(cache::ENV_RECALIBRATE));
     let wanted = Wanted {
-        device: &id.description,
-        mechanisms: &options.planned(pdl, Prelude::device_support(stream.context()).is_ok()),
+        device: &plan.id.description,
+        mechanisms: &plan.mechanisms,
         sizes: &options.sizes,
     };
-    cache::load_or_calibrate(path, forced, wanted, || calibrate(stream, options))
+    cache::load_or_calibrate(path, forced, wanted, || measure(stream, options, &plan))
 }

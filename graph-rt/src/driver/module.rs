@@ -290,14 +290,10 @@ impl Function {
 
     /// Allows launches with up to `bytes` of dynamic shared memory (above 48 KiB needs this).
     pub fn set_max_dynamic_shared_bytes(&self, bytes: i32) -> Result<()> {
-        // SAFETY: valid function; the driver validates the value.
-        check("cuFuncSetAttribute", unsafe {
-            cuda_sys::cuFuncSetAttribute(
-                self.inner.raw,
-                FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                bytes,
-            )
-        })
+        self.set_attribute(
+            FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            bytes,
+        )
     }
 }
 

@@ -133,7 +133,8 @@ impl Prelude {
                 "the graph already has an exec: install the prelude before instantiating",
             ));
         }
-        let refresh = refresh_node(graph, table, first)?;
+        let edges = graph.edges()?;
+        let refresh = refresh_node(graph, table, first, &edges)?;
         let host = HostPatcher::with_unexplained(first, discovery, slots.len())?;
         let mut report = PreludeReport {
             mode: PreludeMode::Device,
@@ -155,15 +156,26 @@ impl Prelude {
         let function = function.and_then(|f| {
             // The attribute on the first patched node: where the driver refuses it, nothing
             // changed and the words are rewritten from the host.
-            let node = first[discovery.patches[0].node].node;
+            let first_node = discovery.patches.iter().map(|p| p.node).min().unwrap_or(0);
+            let node = first[first_node].node;
             let _guard = graph.handle.lock(CALL).map_err(|e| e.to_string())?;
             // SAFETY: a kernel node of this live, locked graph (checked above).
             unsafe { make_device_updatable(node.raw) }
-                .map(|_| f)
+                .map(|dev| (f, (first_node, node, dev)))
                 .map_err(|e| format!("the driver refused a device-updatable node: {e}"))
         });
         match function {
-            Ok(f) => install_device(graph, table, first, discovery, slots, refresh, &f)?,
+            Ok((f, probed)) => {
+                let target = Target {
+                    first,
+                    discovery,
+                    slots,
+                    edges: &edges,
+                    refresh,
+                    probed,
+                };
+                install_device(graph, table, &target, &f)?
+            }
             Err(reason) => {
                 tracing::info!("graph-rt: prelude on the host: {reason}");
                 report.mode = PreludeMode::Host { reason };
@@ -284,7 +296,12 @@ fn check_slots(
 }
 
 /// The node of `graph` running `table`'s refresh: it must exist and be a root.
-fn refresh_node(graph: &Graph, table: &ArgTable, first: &[KernelSnapshot]) -> Result<Node> {
+fn refresh_node(
+    graph: &Graph,
+    table: &ArgTable,
+    first: &[KernelSnapshot],
+    edges: &[crate::graph::Edge],
+) -> Result<Node> {
     const CALL: &str = "Prelude::install";
     if let Some(s) = first.iter().find(|s| s.node.graph != graph.handle.id) {
         return Err(Error::invalid(
@@ -315,7 +332,7 @@ fn refresh_node(graph: &Graph, table: &ArgTable, first: &[KernelSnapshot]) -> Re
             "the graph does not refresh this table",
         ));
     }
-    if graph.edges()?.iter().any(|e| e.to == r.node) {
+    if edges.iter().any(|e| e.to == r.node) {
         return Err(Error::invalid(
             CALL,
             "the table's refresh must be the graph's first node (record_refresh first in the capture)",
@@ -344,17 +361,21 @@ fn load(ctx: &Context) -> std::result::Result<Function, String> {
         .map_err(|e| format!("the prelude cubin has no prelude_refresh_patch: {e}"))
 }
 
+/// What `install_device` patches: the discovery on the graph's snapshots, the slots, the
+/// graph's edges and refresh node as read by `install`, and the first patched node (its
+/// index, node and device handle), already made device-updatable by `install`'s probe.
+struct Target<'a> {
+    first: &'a [KernelSnapshot],
+    discovery: &'a Discovery,
+    slots: &'a [SlotRef],
+    edges: &'a [crate::graph::Edge],
+    refresh: Node,
+    probed: (usize, Node, u64),
+}
+
 /// Marks the patched nodes device-updatable, uploads the patches and makes the refresh node run
 /// the prelude's refresh-and-patch kernel, with a full edge to each patched node.
-fn install_device(
-    graph: &mut Graph,
-    table: &ArgTable,
-    first: &[KernelSnapshot],
-    discovery: &Discovery,
-    slots: &[SlotRef],
-    refresh: Node,
-    f: &Function,
-) -> Result<()> {
+fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Function) -> Result<()> {
     const CALL: &str = "Prelude::install";
     graph.ctx.bind()?;
     // From here on the graph is treated as having device-updatable nodes, whatever fails.
@@ -366,12 +387,14 @@ fn install_device(
         .handle
         .one_exec
         .store(true, std::sync::atomic::Ordering::Relaxed);
-    let mut patched: Vec<(usize, Node, u64)> = Vec::new();
-    let mut words: Vec<u64> = Vec::with_capacity(discovery.patches.len() * PATCH_WORDS);
-    let mut patches = discovery.patches.clone();
+    // Patches by node: the probed node, the lowest, comes first.
+    let mut patched: Vec<(usize, Node, u64)> = vec![t.probed];
+    let mut words: Vec<u64> = Vec::with_capacity(t.discovery.patches.len() * PATCH_WORDS);
+    let mut patches = t.discovery.patches.clone();
     patches.sort_by_key(|p| (p.node, p.offset));
     for p in &patches {
-        let snap = first
+        let snap = t
+            .first
             .get(p.node)
             .ok_or_else(|| Error::invalid(CALL, format!("no kernel node {}", p.node)))?;
         let dev = match patched.last() {
@@ -389,7 +412,7 @@ fn install_device(
         // Parameter buffers are at most 32 KiB (CUDA); `check_slots` checked `p.buffer`.
         let offset = u32::try_from(p.offset)
             .map_err(|_| Error::invalid(CALL, "a parameter offset beyond 4 GiB"))?;
-        words.extend(pack(dev, p.interior, offset, slots[p.buffer].index));
+        words.extend(pack(dev, p.interior, offset, t.slots[p.buffer].index));
     }
     let buffer = DeviceBuffer::from_host(&graph.ctx, &words)?;
     let count = patches.len() as u32;
@@ -408,20 +431,20 @@ fn install_device(
     // capture put after the refresh already do (a chain stays a chain: extra edges from one
     // node to many cost the driver per node); the others get a full edge, before the node
     // starts patching (so a failure leaves no patching kernel racing its targets).
-    let reached = reachable(&graph.edges()?, refresh);
+    let reached = reachable(t.edges, t.refresh);
     let to: Vec<Node> = patched
         .iter()
         .map(|(_, n, _)| *n)
         .filter(|n| !reached.contains(&n.key()))
         .collect();
     if !to.is_empty() {
-        graph.add_dependencies(&vec![refresh; to.len()], &to)?;
+        graph.add_dependencies(&vec![t.refresh; to.len()], &to)?;
     }
     // SAFETY: prelude_refresh_patch does what the refresh node did with the same table (kept
     // alive by the graph since the refresh was recorded), then reads `count` 24-byte patches
     // from `buffer` (kept alive by the graph below) and writes only the device-updatable
     // nodes' parameters. One block, as the refresh.
-    unsafe { graph.set_kernel(refresh, f, &LaunchConfig::new(1u32, 256u32), args)? };
+    unsafe { graph.set_kernel(t.refresh, f, &LaunchConfig::new(1u32, 256u32), args)? };
     graph.keep_alive(buffer.allocation().clone());
     Ok(())
 }
