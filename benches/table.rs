@@ -5,8 +5,9 @@
 //! (plain table-form kernels) and through the table with PDL (loads before `griddepcontrol.wait`);
 //! and the table + PDL exec launched with no binding in between. Wall µs per iteration, and GPU
 //! µs of one replay between events. Then the host µs of binding K slots + launching (no
-//! synchronization in the timed part) against the same launch with no binding, for K ∈ {1, 10,
-//! 100, 1000}, with safe bindings and with raw addresses. Criterion measures the N = 200 cases
+//! synchronization in the timed part) against the same launch with no binding, for chains of
+//! N ∈ {1, 10, 100, 200, 1000} nodes (K = N + 1 slots): every slot bound safely (two sets, and
+//! three rotating), with raw addresses, and a random tenth of the slots. Criterion measures the N = 200 cases
 //! too; the tables printed last are medians of interleaved rounds.
 //!
 //! ```text
@@ -301,14 +302,27 @@ fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
     rows
 }
 
-/// Host µs of binding every slot of a K-slot table + launching, safe and raw, vs launching alone.
-/// Safe binding alternates two buffer sets (double buffering: a slot rebound to the buffer it
-/// held before costs no reference counting) and, on its own table, rotates three (every binding
-/// new to its slot).
+/// Host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launching, against
+/// the launch alone, for N ∈ {1, 10, 100, 200, 1000} (anchor4's N = 10, 200, 1000 among them).
+/// Variants: every slot bound, alternating two buffer sets (double buffering: a slot rebound to
+/// the buffer it held before costs no reference counting), safe and raw; a random tenth of the
+/// slots bound (two sets); and, on its own table, every slot bound rotating three sets (every
+/// binding new to its slot). For comparison: a plain graph of the same N nodes launched (the
+/// launch graph-rt adds its checks to), and the stream's capture-status query that every table
+/// launch makes.
 fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, f64)>)> {
     let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
+    let pdl = load(ctx, graph_rt::kernels::CHAIN_PDL.ptx, "add1");
     let mut out = Vec::new();
-    for k in [1usize, 10, 100, 1000] {
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for n in [1usize, 10, 100, 200, 1000] {
+        let k = n + 1;
         let sets: Vec<Vec<DeviceBuffer<f32>>> = (0..3)
             .map(|_| {
                 (0..k)
@@ -317,11 +331,20 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
             })
             .collect();
         let chain = |_| {
-            let mut c = table_chain(stream, &table_pdl, true, k - 1);
+            let mut c = table_chain(stream, &table_pdl, true, n);
             c.bind_all(&sets[0]);
             RefCell::new(c)
         };
-        let (two, raw, three) = (chain(0), chain(1), chain(2));
+        let (two, raw, three, tenth) = (chain(0), chain(1), chain(2), chain(3));
+        let plain = static_chain(stream, &pdl, true, &sets[0]);
+        // A random tenth of the slots (at least one) for each round, drawn up front.
+        let picks: Vec<Vec<usize>> = (0..64)
+            .map(|_| {
+                (0..(k / 10).max(1))
+                    .map(|_| (next() % k as u64) as usize)
+                    .collect()
+            })
+            .collect();
         let host = |f: &mut dyn FnMut()| {
             let t = Instant::now();
             f();
@@ -329,7 +352,7 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
             stream.synchronize().expect("sync");
             us
         };
-        let (mut i, mut j, mut l) = (0usize, 0usize, 0usize);
+        let (mut i, mut j, mut l, mut m) = (0usize, 0usize, 0usize, 0usize);
         let variants: Vec<common::Variant> = vec![
             (
                 "launch, no bind",
@@ -368,8 +391,37 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
                     })
                 }),
             ),
+            (
+                "bind K/10 + launch",
+                Box::new(|| {
+                    m += 1;
+                    let (set, pick) = (&sets[m % 2], &picks[m % picks.len()]);
+                    host(&mut || {
+                        let mut c = tenth.borrow_mut();
+                        let TableChain { table, slots, .. } = &mut *c;
+                        for &s in pick {
+                            table.bind(&slots[s], &set[s]).expect("bind");
+                        }
+                        c.launch(stream)
+                    })
+                }),
+            ),
+            (
+                "plain graph launch",
+                Box::new(|| host(&mut || plain.launch(stream).expect("launch"))),
+            ),
+            (
+                "capture-status query",
+                Box::new(|| {
+                    let t = Instant::now();
+                    for _ in 0..100 {
+                        std::hint::black_box(stream.capture_status().expect("status"));
+                    }
+                    t.elapsed().as_secs_f64() * 1e6 / 100.0
+                }),
+            ),
         ];
-        out.push((k, common::interleave(300, variants)));
+        out.push((n, common::interleave(300, variants)));
     }
     out
 }
@@ -559,17 +611,21 @@ fn main() {
             r.gpu[3] / r.gpu[4]
         );
     }
-    println!("\ntable: host µs of binding K slots + launch (no sync in the timed part), median of interleaved rounds");
-    for (k, v) in &host {
+    println!("\ntable: host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launch (no sync in the timed part), median of interleaved rounds");
+    for (n, v) in &host {
+        let get = |name: &str| v.iter().find(|(x, _)| *x == name).map_or(f64::NAN, |x| x.1);
         let cells: Vec<String> = v.iter().map(|(name, t)| format!("{name} {t:.2}")).collect();
-        let base = v[0].1;
+        let base = get("launch, no bind");
+        let (all, tenth) = (get("bind K + launch") - base, get("bind K/10 + launch") - base);
+        println!("table: N={n:<5} {}", cells.join(" · "));
         println!(
-            "table: K={:<5} {} · extra: safe {:+.2} µs, raw {:+.2} µs, safe with 3 sets {:+.2} µs",
-            k,
-            cells.join(" · "),
-            v[1].1 - base,
-            v[2].1 - base,
-            v[3].1 - base
+            "table: N={n:<5} above launch alone: bind K {:+.2} µs, raw {:+.2} µs, 3 sets {:+.2} µs, K/10 {:+.2} µs (K/10 ÷ K {:.3}) · launch alone ÷ plain graph launch {:.3}",
+            all,
+            get("bind K raw + launch") - base,
+            get("bind K (3 sets) + launch") - base,
+            tenth,
+            tenth / all,
+            base / get("plain graph launch"),
         );
     }
     println!("\ntable: a graph reading 16 KiB of a large input, only the input moving; wall µs per synchronized step");

@@ -64,11 +64,14 @@ pub use graph::{
     CaptureMode, CaptureScope, CapturedNode, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation,
     GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
 };
-pub use launch::{ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher};
+pub use launch::{
+    ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher, ScalarKind,
+};
 pub use prelude::{Prelude, PreludeMode, PreludeOptions, PreludeReport};
 pub use resource::Resource;
 pub use table::{
-    ArgTable, PtrSlot, ScalarSlot, SlotRef, TableKernel, TableOptions, TableParam, TableStats,
+    ArgTable, PtrSlot, ScalarSlot, SlotRef, SlotScalar, TableKernel, TableOptions, TableParam,
+    TableStats,
 };
 pub use triton::{
     ttir_args, TritonArg, TritonFiles, TritonForm, TritonKernel, TritonMetadata, TritonParam,

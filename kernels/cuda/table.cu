@@ -6,35 +6,78 @@
 // arguments each replay. The host writes the next arguments into one of
 // `depth` mirrors (mapped pinned host memory, mirror m at mirrors + m * words)
 // before the launch that runs this kernel; the kernel copies mirror
-// (*seq % depth) into the table, counts the refresh in *seq (device memory,
-// starts at 0) and acknowledges it in acks[m] (mapped pinned host memory),
-// which the host polls before writing that mirror again.
+// (seq[0] % depth) into the table, counts the refresh in seq[0] (device
+// memory, starts at 0) and acknowledges it in acks[m] (mapped pinned host
+// memory), which the host polls before writing that mirror again. seq[1]
+// (device memory, starts at 0) counts the blocks that have finished reading.
 //
-// Launch with ONE block (256 threads); depth must be >= 1. No
-// griddepcontrol: the kernels reading the table must start after this one
-// has completed.
+// Launch with 256 threads a block and any number of blocks (graph-rt: one per
+// 1024 words); depth must be >= 1. The copy is spread over the grid, four
+// words in flight per thread: each load of mapped host memory is a round trip
+// over the bus. The last block to finish acknowledges. No griddepcontrol: the
+// kernels reading the table must start after this one has completed.
+//
+// The same protocol is in kernels/prelude/prelude.cu (the refresh fused with
+// the prelude's patches): change both together.
+
+// Copies the mirror's words into the table, spread over the grid.
+__device__ __forceinline__ void refresh_copy(const volatile unsigned long long* src,
+                                             unsigned long long* table, unsigned int words)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         base < words; base += 4 * stride) {
+        unsigned long long v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned long long i = base + k * stride;
+            if (i < words) {
+                // Volatile: host memory the host wrote before the launch; never the
+                // non-coherent (ld.global.nc) path.
+                v[k] = src[i];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned long long i = base + k * stride;
+            if (i < words) {
+                table[i] = v[k];
+            }
+        }
+    }
+}
+
+// Once every block has read what it reads of the mirror: the last block counts
+// the refresh and acknowledges mirror m.
+__device__ __forceinline__ void refresh_acknowledge(unsigned long long* seq, unsigned long long* acks,
+                                                    unsigned long long s, unsigned long long m)
+{
+    // Every thread's mirror loads completed: their values were stored before the barrier.
+    __syncthreads();
+    if (threadIdx.x != 0) {
+        return;
+    }
+    if (gridDim.x > 1) {
+        __threadfence();
+        if (atomicAdd(seq + 1, 1ULL) != gridDim.x - 1) {
+            return;
+        }
+        // Every block has read seq[0] and the mirror: reset the count for the next refresh.
+        seq[1] = 0;
+    }
+    *(volatile unsigned long long*)seq = s + 1;
+    *(volatile unsigned long long*)(acks + m) = s + 1;
+    __threadfence_system();
+}
+
 extern "C" __global__ void table_refresh(const unsigned long long* mirrors, unsigned long long* table,
                                          unsigned int words, unsigned int depth,
                                          unsigned long long* seq, unsigned long long* acks)
 {
-    __shared__ unsigned long long s_seq;
-    if (threadIdx.x == 0) {
-        s_seq = *seq;
-    }
-    __syncthreads();
-    unsigned long long s = s_seq;
-    unsigned long long m = s % depth;
-    // Volatile loads: the mirror is host memory the host wrote before the
-    // launch; never the non-coherent (ld.global.nc) path.
-    const volatile unsigned long long* src = mirrors + m * words;
-    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
-        table[i] = src[i];
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        *seq = s + 1;
-        // Every thread's mirror reads completed before the barrier above.
-        *(volatile unsigned long long*)(acks + m) = s + 1;
-        __threadfence_system();
-    }
+    // Every block reads the count before any block can change it (the last one, after all
+    // have arrived).
+    const unsigned long long s = *(volatile unsigned long long*)seq;
+    const unsigned long long m = s % depth;
+    refresh_copy(mirrors + m * words, table, words);
+    refresh_acknowledge(seq, acks, s, m);
 }

@@ -30,44 +30,78 @@ extern "C" __global__ void prelude_patch(const PreludePatch* patches, unsigned i
     }
 }
 
-// The argument table's refresh and the prelude in one kernel, which graph-rt puts in the place
-// of the graph's `table_refresh` node (one kernel launch fewer at the head of every replay):
-// first exactly what table_refresh (kernels/cuda/table.cu) does — copy mirror (*seq % depth)
-// into the table, count the refresh in *seq, acknowledge it in acks[m] — then every thread
-// patches words (i = threadIdx.x, i += blockDim.x) from the table it just wrote. Launch with
-// ONE block (256 threads); depth >= 1. The patched nodes follow it with full edges.
+// The argument table's refresh (kernels/cuda/table.cu: the same protocol, change both together)
+// and the prelude in one kernel, which graph-rt puts in the place of the graph's
+// `table_refresh` node (one kernel launch fewer at the head of every replay): copy mirror
+// (seq[0] % depth) into the table, spread over the grid; patch words (one thread a patch, spread
+// over the grid) with the values the mirror holds (another block may not have written its part
+// of the table yet); then the last block to finish counts the refresh in seq[0] and acknowledges
+// it in acks[m] (seq[1] counts the blocks that finished). Launch with 256 threads a block and any
+// number of blocks; depth >= 1. The patched nodes follow it with full edges.
+__device__ __forceinline__ void refresh_copy(const volatile unsigned long long* src,
+                                             unsigned long long* table, unsigned int words)
+{
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+         base < words; base += 4 * stride) {
+        unsigned long long v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned long long i = base + k * stride;
+            if (i < words) {
+                // Volatile: host memory the host wrote before the launch.
+                v[k] = src[i];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const unsigned long long i = base + k * stride;
+            if (i < words) {
+                table[i] = v[k];
+            }
+        }
+    }
+}
+
+__device__ __forceinline__ void refresh_acknowledge(unsigned long long* seq, unsigned long long* acks,
+                                                    unsigned long long s, unsigned long long m)
+{
+    // Every thread's mirror loads completed: their values were used before the barrier.
+    __syncthreads();
+    if (threadIdx.x != 0) {
+        return;
+    }
+    if (gridDim.x > 1) {
+        __threadfence();
+        if (atomicAdd(seq + 1, 1ULL) != gridDim.x - 1) {
+            return;
+        }
+        seq[1] = 0;
+    }
+    *(volatile unsigned long long*)seq = s + 1;
+    *(volatile unsigned long long*)(acks + m) = s + 1;
+    __threadfence_system();
+}
+
 extern "C" __global__ void prelude_refresh_patch(const unsigned long long* mirrors,
                                                  unsigned long long* table, unsigned int words,
                                                  unsigned int depth, unsigned long long* seq,
                                                  unsigned long long* acks,
                                                  const PreludePatch* patches, unsigned int count)
 {
-    __shared__ unsigned long long s_seq;
-    if (threadIdx.x == 0) {
-        s_seq = *seq;
-    }
-    __syncthreads();
-    unsigned long long s = s_seq;
-    unsigned long long m = s % depth;
-    // Volatile loads: the mirror is host memory the host wrote before the launch.
+    const unsigned long long s = *(volatile unsigned long long*)seq;
+    const unsigned long long m = s % depth;
     const volatile unsigned long long* src = mirrors + m * words;
-    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) {
-        table[i] = src[i];
-    }
-    // The block's table writes are visible to the whole block after the barrier.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        *seq = s + 1;
-        *(volatile unsigned long long*)(acks + m) = s + 1;
-        __threadfence_system();
-    }
-    for (unsigned int i = threadIdx.x; i < count; i += blockDim.x) {
+    refresh_copy(src, table, words);
+    const unsigned int stride = gridDim.x * blockDim.x;
+    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
         PreludePatch p = patches[i];
-        unsigned long long value = table[p.slot] + p.interior;
+        unsigned long long value = src[p.slot] + p.interior;
         // A patch that did not take would leave the node on the last replay's buffer: stop the
         // graph (the launch fails with an error the host sees) rather than run it.
         if (cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value)) != cudaSuccess) {
             __trap();
         }
     }
+    refresh_acknowledge(seq, acks, s, m);
 }

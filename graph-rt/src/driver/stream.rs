@@ -221,6 +221,17 @@ impl StreamInner {
         Ok(s)
     }
 
+    /// Whether all work queued on the stream has finished (`cuStreamQuery`).
+    pub(crate) fn is_idle(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: valid stream (we hold it) of the current context.
+        match unsafe { cuda_sys::cuStreamQuery(self.raw) }? {
+            cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
+            cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            code => Err(crate::Error::driver("cuStreamQuery", code)),
+        }
+    }
+
     /// Waits until all work queued on the stream is done (`cuStreamSynchronize`).
     pub(crate) fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;

@@ -99,7 +99,19 @@ pub enum ArgSlot {
         size: usize,
         /// Every value the slot is set to is a multiple of this (a power of two; 1 for any).
         multiple_of: u64,
+        /// Whether the slot holds integers or floating-point numbers.
+        kind: ScalarKind,
     },
+}
+
+/// Whether a scalar is an integer or a floating-point number: a scalar slot and the parameter a
+/// kernel reads through it must agree (a 4-byte `f32` is not a 4-byte `i32`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScalarKind {
+    /// A signed or unsigned integer.
+    Integer,
+    /// A floating-point number.
+    Float,
 }
 
 macro_rules! by_value {
@@ -175,10 +187,11 @@ pub trait KernelArgs {
     fn with_params<R>(&self, f: impl FnOnce(&mut [*mut c_void], &[usize]) -> R) -> R;
     /// Adds what each argument needs kept alive (see [`KernelArg::retain`]).
     fn retain(&self, keep: &mut Vec<Resource>);
-    /// Each argument's parameter size and [`ArgSlot`], in order; `None` where the list cannot
-    /// say (then a [`TableKernel`](crate::TableKernel) refuses it).
-    fn describe(&self) -> Option<Vec<(usize, ArgSlot)>> {
-        None
+    /// Calls `each` with every argument's parameter size and [`ArgSlot`], in order, and returns
+    /// true; returns false where the list cannot say (then a
+    /// [`TableKernel`](crate::TableKernel) refuses it). Allocates nothing.
+    fn describe(&self, _each: &mut dyn FnMut(usize, ArgSlot)) -> bool {
+        false
     }
 }
 
@@ -190,8 +203,8 @@ impl<L: KernelArgs> KernelArgs for &L {
     fn retain(&self, keep: &mut Vec<Resource>) {
         (**self).retain(keep)
     }
-    fn describe(&self) -> Option<Vec<(usize, ArgSlot)>> {
-        (**self).describe()
+    fn describe(&self, each: &mut dyn FnMut(usize, ArgSlot)) -> bool {
+        (**self).describe(each)
     }
 }
 
@@ -209,8 +222,10 @@ macro_rules! tuple_args {
             fn retain(&self, keep: &mut Vec<Resource>) {
                 $(self.$idx.retain(&mut |r| keep.push(r));)*
             }
-            fn describe(&self) -> Option<Vec<(usize, ArgSlot)>> {
-                Some(vec![$((size_of::<$name::Param>(), self.$idx.slot())),*])
+            #[allow(unused_variables)]
+            fn describe(&self, each: &mut dyn FnMut(usize, ArgSlot)) -> bool {
+                $(each(size_of::<$name::Param>(), self.$idx.slot());)*
+                true
             }
         }
     };

@@ -8,7 +8,7 @@ mod config;
 mod launcher;
 
 pub use arg_list::KernelArgList;
-pub use args::{ArgSlot, KernelArg, KernelArgs};
+pub use args::{ArgSlot, KernelArg, KernelArgs, ScalarKind};
 pub use config::{Dim3, LaunchConfig};
 pub(crate) use launcher::check_layout;
 pub use launcher::Launcher;

@@ -203,7 +203,7 @@ impl Prelude {
     pub fn launch(
         &mut self,
         table: &mut ArgTable,
-        exec: &GraphExec,
+        exec: &mut GraphExec,
         stream: &Stream,
     ) -> Result<()> {
         const CALL: &str = "Prelude::launch";
@@ -440,11 +440,13 @@ fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Funct
     if !to.is_empty() {
         graph.add_dependencies(&vec![t.refresh; to.len()], &to)?;
     }
+    // As many 256-thread blocks as the refresh has, or as the patches need.
+    let blocks = table.refresh_blocks().max(count.div_ceil(256));
     // SAFETY: prelude_refresh_patch does what the refresh node did with the same table (kept
     // alive by the graph since the refresh was recorded), then reads `count` 24-byte patches
     // from `buffer` (kept alive by the graph below) and writes only the device-updatable
-    // nodes' parameters. One block, as the refresh.
-    unsafe { graph.set_kernel(t.refresh, f, &LaunchConfig::new(1u32, 256u32), args)? };
+    // nodes' parameters; any grid of 256-thread blocks.
+    unsafe { graph.set_kernel(t.refresh, f, &LaunchConfig::new(blocks, 256u32), args)? };
     graph.keep_alive(buffer.allocation().clone());
     Ok(())
 }

@@ -6,7 +6,7 @@ use graph_rt_ptx::{KernelSignature, SlotKind};
 use crate::driver::{Context, Function, Module, Stream};
 use crate::error::{Error, Result};
 use crate::graph::{CaptureScope, CapturedNode};
-use crate::launch::{ArgSlot, KernelArgs, LaunchConfig};
+use crate::launch::{ArgSlot, KernelArgs, LaunchConfig, ScalarKind};
 
 /// What one parameter of a table-form kernel takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +26,9 @@ pub enum TableParam {
     Scalar {
         /// Size in bytes.
         size: usize,
+        /// Integer or float, as the kernel declares the parameter; `None` for untyped bits
+        /// (`.b32`), which take either.
+        kind: Option<ScalarKind>,
     },
 }
 
@@ -97,7 +100,10 @@ impl TableKernel {
                 None => TableParam::Value { size: p.size },
                 Some(s) => match s.kind {
                     SlotKind::Pointer => TableParam::Pointer { align: s.align },
-                    SlotKind::Scalar(t) => TableParam::Scalar { size: t.size() },
+                    SlotKind::Scalar(t) => TableParam::Scalar {
+                        size: t.size(),
+                        kind: scalar_kind(t),
+                    },
                 },
             })
             .collect();
@@ -142,49 +148,54 @@ impl TableKernel {
     /// Checks `args` against the signature (see the type's docs).
     pub fn check(&self, args: &impl KernelArgs) -> Result<()> {
         const CALL: &str = "TableKernel::launch";
+        // The first mismatch (argument index, size, slot), the count, and the table seen: no
+        // allocation on the launch path.
+        let mut count = 0usize;
+        let mut bad = None;
+        let mut table = None;
+        let mut other_table = None;
+        let described = args.describe(&mut |size, arg| {
+            let i = count;
+            count += 1;
+            let Some(&param) = self.params.get(i) else {
+                return;
+            };
+            if bad.is_none() && !fits(param, size, arg) {
+                bad = Some((i, param, size, arg));
+            }
+            if let ArgSlot::Pointer { table: t, .. } | ArgSlot::Scalar { table: t, .. } = arg {
+                if *table.get_or_insert(t) != t && other_table.is_none() {
+                    other_table = Some(i);
+                }
+            }
+        });
         let name = self.function.name();
-        let Some(described) = args.describe() else {
+        if !described {
             return Err(Error::invalid(
                 CALL,
                 "pass a tuple of arguments: this argument list cannot say which are slots",
             ));
-        };
-        if described.len() != self.params.len() {
+        }
+        if count != self.params.len() {
             return Err(Error::invalid(
                 CALL,
                 format!(
-                    "`{name}` takes {} arguments; {} given",
+                    "`{name}` takes {} arguments; {count} given",
                     self.params.len(),
-                    described.len()
                 ),
             ));
         }
-        let mut table = None;
-        for (i, (&(size, arg), &param)) in described.iter().zip(&self.params).enumerate() {
-            let ok = match (param, arg) {
-                (TableParam::Value { size: want }, ArgSlot::Value) => size == want,
-                (TableParam::Pointer { align }, ArgSlot::Pointer { align: has, .. }) => {
-                    has >= align
-                }
-                (TableParam::Scalar { size: want }, ArgSlot::Scalar { size: has, .. }) => {
-                    has == want
-                }
-                _ => false,
-            };
-            if !ok {
-                return Err(Error::invalid(
-                    CALL,
-                    format!("argument {i} of `{name}`: the kernel takes {param:?}, given {arg:?} ({size} bytes)"),
-                ));
-            }
-            if let ArgSlot::Pointer { table: t, .. } | ArgSlot::Scalar { table: t, .. } = arg {
-                if *table.get_or_insert(t) != t {
-                    return Err(Error::invalid(
-                        CALL,
-                        format!("argument {i} of `{name}` is a slot of another table than the arguments before it"),
-                    ));
-                }
-            }
+        if let Some((i, param, size, arg)) = bad {
+            return Err(Error::invalid(
+                CALL,
+                format!("argument {i} of `{name}`: the kernel takes {param:?}, given {arg:?} ({size} bytes)"),
+            ));
+        }
+        if let Some(i) = other_table {
+            return Err(Error::invalid(
+                CALL,
+                format!("argument {i} of `{name}` is a slot of another table than the arguments before it"),
+            ));
         }
         Ok(())
     }
@@ -221,5 +232,55 @@ impl TableKernel {
         self.check(&args)?;
         // SAFETY: forwarded to the caller.
         unsafe { scope.launch(&self.function, config, args) }
+    }
+}
+
+/// Whether an argument of `size` bytes passing `arg` fits parameter `param`.
+fn fits(param: TableParam, size: usize, arg: ArgSlot) -> bool {
+    match (param, arg) {
+        (TableParam::Value { size: want }, ArgSlot::Value) => size == want,
+        (TableParam::Pointer { align }, ArgSlot::Pointer { align: has, .. }) => has >= align,
+        (
+            TableParam::Scalar { size: want, kind },
+            ArgSlot::Scalar {
+                size: has, kind: k, ..
+            },
+        ) => has == want && kind.is_none_or(|want| want == k),
+        _ => false,
+    }
+}
+
+/// The kind of a PTX parameter type: untyped bits (`.bN`) take either.
+fn scalar_kind(t: graph_rt_ptx::ScalarType) -> Option<ScalarKind> {
+    use graph_rt_ptx::ScalarType::*;
+    match t {
+        F32 | F64 => Some(ScalarKind::Float),
+        B8 | B16 | B32 | B64 => None,
+        _ => Some(ScalarKind::Integer),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_match_by_size_and_kind_untyped_bits_take_either() {
+        let slot = |size, kind| ArgSlot::Scalar {
+            table: 1,
+            size,
+            multiple_of: 1,
+            kind,
+        };
+        let (int, float) = (ScalarKind::Integer, ScalarKind::Float);
+        let param = |kind| TableParam::Scalar { size: 4, kind };
+        assert!(fits(param(Some(float)), 8, slot(4, float)));
+        assert!(!fits(param(Some(float)), 8, slot(4, int)));
+        assert!(!fits(param(Some(int)), 8, slot(4, float)));
+        assert!(fits(param(None), 8, slot(4, float)) && fits(param(None), 8, slot(4, int)));
+        assert!(!fits(param(Some(int)), 8, slot(8, int)));
+        assert_eq!(scalar_kind(graph_rt_ptx::ScalarType::F32), Some(float));
+        assert_eq!(scalar_kind(graph_rt_ptx::ScalarType::S32), Some(int));
+        assert_eq!(scalar_kind(graph_rt_ptx::ScalarType::B32), None);
     }
 }

@@ -6,11 +6,12 @@
 
 mod keep;
 mod kernel;
+mod ledger;
 mod ring;
 mod slot;
 #[allow(clippy::module_inception)]
 mod table;
 
 pub use kernel::{TableKernel, TableParam};
-pub use slot::{PtrSlot, ScalarSlot, SlotRef};
+pub use slot::{PtrSlot, ScalarSlot, SlotRef, SlotScalar};
 pub use table::{ArgTable, TableOptions, TableStats};

@@ -2,12 +2,10 @@
 //! launches, releasing replaced bindings once acknowledged, and what a dropped table parks.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use super::table::ArgTable;
 use crate::driver::{Parked, Stream};
 use crate::error::{Error, Result};
-use crate::resource::Resource;
 
 impl ArgTable {
     /// Spins until acknowledgement word `mirror` reaches `at_least`, checking the stream for
@@ -72,54 +70,45 @@ impl ArgTable {
         }
     }
 
-    /// After a launch: counts it and releases the bindings replaced before launches whose
-    /// refresh has run (known from the acknowledgement read before reusing a mirror: no extra
-    /// read of device-written memory on the launch path).
+    /// After a launch: counts it and releases the bindings replaced before launches known to
+    /// have finished (from the acknowledgement read before reusing a mirror: no extra read of
+    /// device-written memory on the launch path).
     pub(super) fn launched(&mut self) {
-        self.next_seq += 1;
+        self.ledger.launched();
         self.stats.launches += 1;
         self.release_finished();
     }
 
     fn release_finished(&mut self) {
-        // Replaced at launch count `seq` (read by launches below `seq` only): free once the
-        // refresh of launch `seq` has run, i.e. `done > seq`. `replaced` is in `seq` order.
-        let free = self.replaced.partition_point(|(seq, _)| *seq < self.done);
-        if free == 0 {
+        if self.ledger.releasable() == 0 {
             return;
         }
-        // Dropping the last reference frees device memory (a driver call): hand those to the
-        // release thread, off the launch path; others only lose a count here.
-        if self.replaced[..free]
-            .iter()
-            .any(|(_, r)| Arc::strong_count(r) == 1)
-        {
-            let batch: Vec<(u64, Resource)> = self.replaced.drain(..free).collect();
-            self.ctx.inner.released.release_later(Box::new(batch));
-        } else {
-            self.replaced.drain(..free);
-        }
+        let batch = self.ledger.take_releasable();
+        // Dropping them costs a reference count each, and the last reference frees device
+        // memory (a driver call): the context's release thread drops the batch, off the launch
+        // path (here, if it has none).
+        self.ctx.inner.released.release_later(Box::new(batch));
     }
 
     /// Lets go of every slot's previous binding (kept so that rebinding a slot back to it costs
-    /// no reference counting), and releases every replaced binding whose launches the device
-    /// has acknowledged. A slot keeps its current binding and the one before it alive, and a
-    /// replaced binding is otherwise released by a later launch that sees its acknowledgement;
-    /// call this when buffers bound earlier should be freed while the table lives (after a
-    /// synchronize, everything but the current bindings goes).
+    /// no reference counting), and releases every replaced binding no launch may read any more.
+    /// A slot keeps its current binding and the one before it alive, and a replaced binding is
+    /// otherwise released by a later launch that sees its acknowledgement; call this when
+    /// buffers bound earlier should be freed while the table lives (once the table's stream is
+    /// idle, after a synchronize say, everything but the current bindings goes).
     pub fn trim(&mut self) {
         // What the device has acknowledged so far (the launch path reads only the one
-        // acknowledgement it must wait for).
-        let seen = (0..self.depth)
+        // acknowledgement it must wait for), or every launch if the stream is idle.
+        let seen = (0..self.ledger.depth())
             .filter_map(|m| self.shared.acks.read(m))
             .max()
             .unwrap_or(0);
-        self.done = self.done.max(seen.min(self.next_seq));
-        for i in 0..self.keeps.len() {
-            if let Some((until, r)) = self.keeps.drop_previous(i, self.next_seq) {
-                self.replaced.push((until, r));
-            }
+        self.ledger.acknowledged(seen);
+        let idle = self.stream.as_ref().is_some_and(|s| s.is_idle().unwrap_or(false));
+        if idle || self.stream.is_none() {
+            self.ledger.all_finished();
         }
+        self.ledger.drop_previous();
         self.release_finished();
     }
 }
@@ -131,11 +120,8 @@ impl Drop for ArgTable {
         let Some(stream) = self.stream.take() else {
             return;
         };
-        let parked: Vec<Parked> = vec![
-            Box::new(std::mem::take(&mut self.keeps)),
-            Box::new(std::mem::take(&mut self.replaced)),
-            Box::new(self.shared.clone()),
-        ];
+        let ledger = std::mem::replace(&mut self.ledger, super::ledger::Ledger::new(1));
+        let parked: Vec<Parked> = vec![Box::new(ledger), Box::new(self.shared.clone())];
         let inner = &self.ctx.inner;
         let r = match inner.bind() {
             Ok(()) => inner.released.park(&stream, parked),

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use cuda_sys::CUdeviceptr;
 
 use super::table::Shared;
-use crate::launch::{ArgSlot, KernelArg};
+use crate::launch::{ArgSlot, KernelArg, ScalarKind};
 use crate::resource::Resource;
 
 /// The device address of slot `index` of the table in `shared`.
@@ -122,8 +122,30 @@ unsafe impl<T> KernelArg for PtrSlot<T> {
     }
 }
 
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// What a [`ScalarSlot`] may hold: the integers and floating-point numbers of at most 8 bytes,
+/// each with its [`ScalarKind`], which a table-form kernel's parameter must share.
+pub trait SlotScalar: bytemuck::Pod + sealed::Sealed {
+    /// Integer or floating point.
+    const KIND: ScalarKind;
+}
+
+macro_rules! slot_scalar {
+    ($kind:ident: $($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl SlotScalar for $t {
+            const KIND: ScalarKind = ScalarKind::$kind;
+        }
+    )*};
+}
+slot_scalar!(Integer: u8, i8, u16, i16, u32, i32, u64, i64);
+slot_scalar!(Float: f32, f64);
+
 // SAFETY: as for pointer slots.
-unsafe impl<T> KernelArg for ScalarSlot<T> {
+unsafe impl<T: SlotScalar> KernelArg for ScalarSlot<T> {
     type Param = CUdeviceptr;
     #[inline]
     fn to_param(&self) -> CUdeviceptr {
@@ -137,6 +159,7 @@ unsafe impl<T> KernelArg for ScalarSlot<T> {
             table: self.table,
             size: std::mem::size_of::<T>(),
             multiple_of: self.multiple_of as u64,
+            kind: T::KIND,
         }
     }
 }
@@ -183,12 +206,12 @@ impl SlotRef {
 impl super::ArgTable {
     /// Whether `slot` is one of this table's.
     pub(crate) fn owns(&self, slot: &SlotRef) -> bool {
-        slot.table == self.id && (slot.index as usize) < self.words.len()
+        slot.table == self.id && (slot.index as usize) < self.ledger.words.len()
     }
 
     /// The address the next launch will see in slot `index` (0 if never bound).
     pub(crate) fn word(&self, index: u32) -> u64 {
-        self.words.get(index as usize).copied().unwrap_or(0)
+        self.ledger.words.get(index as usize).copied().unwrap_or(0)
     }
 
     /// The table's refresh kernel (to find its node in a graph).

@@ -1,9 +1,10 @@
 //! The table, its slots and bindings, the ring of host mirrors, and launches that read it.
 //!
 //! Layout: slot `i` is the 8-byte word `i` of a table in device memory. Bindings are written on
-//! the host into a staging copy; each launch copies the staging words into one of `depth`
-//! mirrors in mapped host memory and launches a graph whose first node, the shipped
-//! `table_refresh` kernel, copies the mirror into the device table. Launches are numbered; launch
+//! the host into a staging copy (the [`Ledger`]); each launch writes into one of `depth` mirrors
+//! in mapped host memory the words bound since that mirror was last written, and launches a graph
+//! whose first node, the shipped `table_refresh` kernel, copies the mirror into the device table
+//! (spread over as many blocks as the table needs). Launches are numbered; launch
 //! `s` uses mirror `s % depth`, and its refresh writes `s + 1` into acknowledgement word
 //! `s % depth` (mapped host memory) once it has read the mirror. A mirror is rewritten only
 //! after its previous launch's acknowledgement: rebinding while earlier launches are in flight
@@ -21,8 +22,9 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cuda_sys::CUdeviceptr;
 
-use super::keep::{Keeps, NOTHING};
-use super::slot::{PtrSlot, ScalarSlot};
+use super::keep::NOTHING;
+use super::ledger::Ledger;
+use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
 use crate::driver::{
     Allocation, CaptureStatus, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer,
     Module, Stream, StreamInner,
@@ -30,7 +32,6 @@ use crate::driver::{
 use crate::error::{Error, Result};
 use crate::graph::{CaptureScope, CapturedNode, GraphExec};
 use crate::launch::LaunchConfig;
-use crate::resource::Resource;
 
 /// How a table is made.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +66,7 @@ pub struct TableStats {
 /// that read the table keep it alive.
 pub(crate) struct Shared {
     pub(crate) table: DeviceBuffer<u64>,
+    // The refreshes counted, and the blocks of the running refresh that finished reading.
     seq: DeviceBuffer<u64>,
     mirrors: MappedHostBuffer<u64>,
     pub(crate) acks: MappedHostBuffer<u64>,
@@ -146,18 +148,8 @@ pub struct ArgTable {
     pub(super) ctx: Context,
     pub(super) shared: Arc<Shared>,
     pub(super) capacity: usize,
-    pub(super) depth: usize,
-    // The bindings, as the next launch will see them, what they keep alive, and which slots
-    // were ever set.
-    pub(super) words: Vec<u64>,
-    pub(super) keeps: Keeps<Arc<Allocation>>,
-    pub(super) unbound: usize,
-    // Bindings replaced before launch `seq`: released once that launch's refresh has run.
-    pub(super) replaced: Vec<(u64, Resource)>,
-    // The highest acknowledgement seen: launches below it have finished.
-    pub(super) done: u64,
-    // Launches made; the first slot may not be added after one.
-    pub(super) next_seq: u64,
+    // The bindings, what they keep alive, what each mirror lacks, the launch count.
+    pub(super) ledger: Ledger<Arc<Allocation>>,
     pub(super) sealed: bool,
     pub(super) stream: Option<Arc<StreamInner>>,
     pub(super) stats: TableStats,
@@ -166,9 +158,9 @@ pub struct ArgTable {
 impl std::fmt::Debug for ArgTable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ArgTable")
-            .field("slots", &self.words.len())
-            .field("depth", &self.depth)
-            .field("stats", &self.stats)
+            .field("slots", &self.ledger.words.len())
+            .field("depth", &self.ledger.depth())
+            .field("stats", &self.stats())
             .finish()
     }
 }
@@ -192,7 +184,7 @@ impl ArgTable {
             .ok_or_else(|| Error::invalid(CALL, "capacity × depth overflows"))?;
         let shared = Shared {
             table: DeviceBuffer::zeroed(ctx, options.capacity)?,
-            seq: DeviceBuffer::zeroed(ctx, 1)?,
+            seq: DeviceBuffer::zeroed(ctx, 2)?,
             mirrors: MappedHostBuffer::zeroed(ctx, mirror_words)?,
             acks: MappedHostBuffer::zeroed(ctx, options.depth)?,
             refresh,
@@ -202,13 +194,7 @@ impl ArgTable {
             ctx: ctx.clone(),
             shared: Arc::new(shared),
             capacity: options.capacity,
-            depth: options.depth,
-            words: Vec::new(),
-            keeps: Keeps::default(),
-            unbound: 0,
-            replaced: Vec::new(),
-            done: 0,
-            next_seq: 0,
+            ledger: Ledger::new(options.depth),
             sealed: false,
             stream: None,
             stats: TableStats::default(),
@@ -223,18 +209,14 @@ impl ArgTable {
                 "slots are added before the first refresh is recorded or launched (the refresh copies the slots that exist then)",
             ));
         }
-        if self.words.len() == self.capacity {
+        if self.ledger.words.len() == self.capacity {
             return Err(Error::invalid(
                 CALL,
                 format!("the table is full ({} slots)", self.capacity),
             ));
         }
-        let index = self.words.len();
-        self.words.push(0);
-        self.keeps.push();
-        self.unbound += 1;
         // capacity ≤ u32::MAX (checked in `new`).
-        Ok(index as u32)
+        Ok(self.ledger.push_slot() as u32)
     }
 
     /// A new pointer slot for `T` elements, bound to addresses aligned to 16 bytes (what
@@ -265,15 +247,16 @@ impl ArgTable {
         })
     }
 
-    /// A new scalar slot for a `T` of at most 8 bytes.
-    pub fn scalar_slot<T: Pod>(&mut self) -> Result<ScalarSlot<T>> {
+    /// A new scalar slot for a `T` (an integer or a float of at most 8 bytes): table-form
+    /// kernels check at launch that the parameter they read through it is of `T`'s kind.
+    pub fn scalar_slot<T: SlotScalar>(&mut self) -> Result<ScalarSlot<T>> {
         self.scalar_slot_with(1)
     }
 
     /// A new scalar slot for an integer `T` of at most 8 bytes whose every value is a multiple
     /// of `multiple_of` (a power of two): [`ArgTable::set_scalar`] refuses other values. For
     /// kernels compiled on that assumption (Triton specializes integers divisible by 16).
-    pub fn scalar_slot_with<T: Pod>(&mut self, multiple_of: u32) -> Result<ScalarSlot<T>> {
+    pub fn scalar_slot_with<T: SlotScalar>(&mut self, multiple_of: u32) -> Result<ScalarSlot<T>> {
         if !multiple_of.is_power_of_two() {
             return Err(Error::invalid(
                 "ArgTable::scalar_slot",
@@ -304,7 +287,7 @@ impl ArgTable {
         if table != self.id {
             return Err(Error::invalid(call, "the slot belongs to another table"));
         }
-        if index as usize >= self.words.len() {
+        if index as usize >= self.ledger.words.len() {
             return Err(Error::invalid(
                 call,
                 format!("slot {index} is out of range"),
@@ -317,16 +300,7 @@ impl ArgTable {
     /// identity is `key`, [`NOTHING`] for none) alive while a launch may read it.
     #[inline]
     fn set(&mut self, index: usize, word: u64, key: usize, keep: Option<&Arc<Allocation>>) {
-        self.words[index] = word;
-        if !self.keeps.is_bound(index) {
-            self.unbound -= 1;
-        }
-        if let Some((until, r)) = self.keeps.hold(index, key, || keep.cloned(), self.next_seq) {
-            let r: Resource = r;
-            // Evicted at the launch count now: `replaced` is in launch-count order.
-            self.replaced.push((until, r));
-        }
-        self.stats.binds += 1;
+        self.ledger.set(index, word, key, || keep.cloned());
     }
 
     /// Checks that `alloc` (identity `key`) is of this table's context, unless slot `index`
@@ -339,7 +313,7 @@ impl ArgTable {
         alloc: &Allocation,
         call: &'static str,
     ) -> Result<()> {
-        if self.keeps.holds(index, key) || alloc.in_context(&self.ctx) {
+        if self.ledger.keeps.holds(index, key) || alloc.in_context(&self.ctx) {
             Ok(())
         } else {
             Err(Error::invalid(
@@ -410,7 +384,7 @@ impl ArgTable {
     }
 
     /// Sets `slot` to `value` for the launches that follow.
-    pub fn set_scalar<T: Pod>(&mut self, slot: &ScalarSlot<T>, value: T) -> Result<()> {
+    pub fn set_scalar<T: SlotScalar>(&mut self, slot: &ScalarSlot<T>, value: T) -> Result<()> {
         self.own(slot.table, slot.index, "ArgTable::set_scalar")?;
         let mut word = [0u8; 8];
         word[..std::mem::size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&value));
@@ -430,17 +404,20 @@ impl ArgTable {
 
     /// What the table did.
     pub fn stats(&self) -> TableStats {
-        self.stats
+        TableStats {
+            binds: self.ledger.binds,
+            ..self.stats
+        }
     }
 
     /// Slots made so far.
     pub fn len(&self) -> usize {
-        self.words.len()
+        self.ledger.words.len()
     }
 
     /// Whether the table has no slots.
     pub fn is_empty(&self) -> bool {
-        self.words.is_empty()
+        self.ledger.words.is_empty()
     }
 
     pub(crate) fn refresh_args(&self) -> (u64, u64, u32, u32, u64, u64) {
@@ -448,11 +425,17 @@ impl ArgTable {
         (
             s.mirrors.device_ptr(),
             s.table.as_raw(),
-            self.words.len() as u32,
-            self.depth as u32,
+            self.ledger.words.len() as u32,
+            self.ledger.depth() as u32,
             s.seq.as_raw(),
             s.acks.device_ptr(),
         )
+    }
+
+    /// The blocks of 256 threads the refresh of the table's slots is launched with: one per
+    /// 1,024 words (four in flight per thread), at most 1,024 blocks (more words loop).
+    pub(crate) fn refresh_blocks(&self) -> u32 {
+        self.ledger.words.len().div_ceil(1024).clamp(1, 1024) as u32
     }
 
     /// Records the table's refresh as the next node of a capture: the graph then begins by
@@ -463,10 +446,10 @@ impl ArgTable {
         self.sealed = true;
         let args = self.refresh_args();
         // SAFETY: table_refresh reads `depth` mirrors of `words` words, writes `words` words of
-        // the device table, one counter word and `depth` acknowledgement words, all of which the
-        // table holds (and the graph keeps alive below).
-        let node =
-            unsafe { scope.launch(&self.shared.refresh, &LaunchConfig::new(1u32, 256u32), args)? };
+        // the device table, two counter words and `depth` acknowledgement words, all of which
+        // the table holds (and the graph keeps alive below); any grid of 256-thread blocks.
+        let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
+        let node = unsafe { scope.launch(&self.shared.refresh, &config, args)? };
         scope.keep_alive(self.shared.clone());
         scope.require_launcher(self.id, "ArgTable::record_refresh")?;
         Ok(node)
@@ -498,7 +481,8 @@ impl ArgTable {
         self.stage(stream, "ArgTable::refresh")?;
         let args = self.refresh_args();
         // SAFETY: as in record_refresh; the table lives while a launch may use it (drop parks it).
-        unsafe { stream.launch(&self.shared.refresh, &LaunchConfig::new(1u32, 256u32), args)? };
+        let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
+        unsafe { stream.launch(&self.shared.refresh, &config, args)? };
         self.launched();
         Ok(())
     }
@@ -529,32 +513,28 @@ impl ArgTable {
                 "all launches through a table go to one stream (its refreshes are ordered by it)",
             ));
         }
-        if self.unbound > 0 {
-            let first = self.keeps.first_unbound().unwrap_or(0);
+        if self.ledger.unbound > 0 {
+            let first = self.ledger.keeps.first_unbound().unwrap_or(0);
             return Err(Error::invalid(call, format!("slot {first} is not bound")));
         }
-        let s = self.next_seq;
-        let mirror = (s % self.depth as u64) as usize;
-        if s >= self.depth as u64 {
-            let ack = self.wait_ack(mirror, s - self.depth as u64 + 1, stream)?;
-            self.done = self.done.max(ack);
+        let (mirror, wait) = self.ledger.next_mirror();
+        if let Some(at_least) = wait {
+            let ack = self.wait_ack(mirror, at_least, stream)?;
+            self.ledger.acknowledged(ack);
         }
         // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
         // slots are fixed once a refresh exists).
-        let n = self.words.len();
+        let n = self.ledger.words.len();
         let base = mirror * n;
         debug_assert!(base + n <= self.shared.mirrors.len());
         // SAFETY: words `base..base + n` are inside the mirrors (capacity × depth words, n ≤
-        // capacity), and the device does not read this mirror now: its previous launch has
-        // acknowledged reading it (above), and the next reads it only after the launch below.
-        // One bulk copy: mapped memory may be uncached, where word-by-word stores are slow.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.words.as_ptr(),
-                self.shared.mirrors.as_ptr().add(base),
-                n,
-            )
+        // capacity), and the device neither reads nor writes this mirror now: its previous launch
+        // has acknowledged reading it (above), and the next reads it only after the launch
+        // below; no other reference to it exists while the slice lives.
+        let words = unsafe {
+            std::slice::from_raw_parts_mut(self.shared.mirrors.as_ptr().add(base), n)
         };
+        self.ledger.stage(words);
         // The mirror's words reach memory before the launch that reads them.
         std::sync::atomic::fence(Ordering::SeqCst);
         // The table's stream is the first one a launch was staged for.

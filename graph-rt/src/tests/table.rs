@@ -255,3 +255,97 @@ fn refreshes_outside_the_tables_count_are_refused() {
     table.trim();
     assert_eq!(table.stats().launches, 2);
 }
+
+/// A table of 1,000 slots (500 table-form `add1` nodes, each reading slot 2k and writing slot
+/// 2k + 1), a random subset of the slots rebound before each of 200 replays — inputs to one of
+/// eight constant buffers, outputs to fresh views of one arena — with no synchronization until
+/// the end. Then every output view holds what the last replay that wrote it computed: each
+/// replay's rebinding reached the device whatever else was staged and in flight.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn random_subsets_of_1000_slots_rebound_before_each_of_200_replays_stay_right() {
+    use rand::{Rng, SeedableRng};
+    const ELEMS: usize = 256;
+    const NODES: usize = 500;
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let sanitized = std::env::var_os("GRAPH_RT_SANITIZER").is_some();
+    let replays = if sanitized { 30 } else { 200 };
+    let options = TableOptions {
+        capacity: 2 * NODES,
+        depth: 4,
+    };
+    let mut table = ArgTable::new(&ctx, options).unwrap();
+    let slots: Vec<PtrSlot<f32>> = (0..2 * NODES).map(|_| table.ptr_slot().unwrap()).collect();
+    let f = function(&ctx, &graph_rt_kernels::CHAIN_TABLE, "add1");
+    let cfg = LaunchConfig::for_elements(ELEMS, 256);
+    let exec = stream
+        .capture(CaptureMode::Global, |s| {
+            table.record_refresh(s)?;
+            for k in 0..NODES {
+                // SAFETY: add1_table reads ELEMS floats through slot 2k (an input buffer) and
+                // writes ELEMS through slot 2k + 1 (a view of its own in the arena).
+                unsafe { s.launch(&f, &cfg, (&slots[2 * k], &slots[2 * k + 1], ELEMS as i32))? };
+            }
+            Ok(())
+        })
+        .unwrap()
+        .instantiate()
+        .unwrap();
+    let inputs: Vec<DeviceBuffer<f32>> = (0..8)
+        .map(|j| DeviceBuffer::from_host(&ctx, &vec![10.0 * (j + 1) as f32; ELEMS]).unwrap())
+        .collect();
+    // Views enough for every output slot rebound in every replay, and the first binding.
+    let views = NODES * (replays + 1);
+    let arena = DeviceBuffer::from_host(&ctx, &vec![f32::NAN; views * ELEMS]).unwrap();
+    let view = |v: usize| arena.slice(v * ELEMS..(v + 1) * ELEMS).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(1000);
+    // Per node: the input it reads and the view it writes; per view: what was last written.
+    let mut input_of = vec![0usize; NODES];
+    let mut view_of = vec![0usize; NODES];
+    let mut next_view = 0;
+    let mut last = vec![None::<f32>; views];
+    for k in 0..NODES {
+        input_of[k] = rng.random_range(0..inputs.len());
+        table.bind(&slots[2 * k], &inputs[input_of[k]]).unwrap();
+        view_of[k] = next_view;
+        table.bind_view(&slots[2 * k + 1], &view(next_view)).unwrap();
+        next_view += 1;
+    }
+    let mut rebound = 0usize;
+    for _ in 0..replays {
+        let count = rng.random_range(1..=2 * NODES);
+        for _ in 0..count {
+            let i = rng.random_range(0..2 * NODES);
+            let k = i / 2;
+            if i % 2 == 0 {
+                input_of[k] = rng.random_range(0..inputs.len());
+                table.bind(&slots[i], &inputs[input_of[k]]).unwrap();
+            } else if next_view < views {
+                view_of[k] = next_view;
+                table.bind_view(&slots[i], &view(next_view)).unwrap();
+                next_view += 1;
+            }
+        }
+        rebound += count;
+        table.launch(&exec, &stream).unwrap();
+        for k in 0..NODES {
+            last[view_of[k]] = Some(10.0 * (input_of[k] + 1) as f32 + 1.0);
+        }
+    }
+    stream.synchronize().unwrap();
+    let got = arena.to_vec().unwrap();
+    for (v, want) in last.iter().enumerate() {
+        let got = &got[v * ELEMS..(v + 1) * ELEMS];
+        match want {
+            Some(w) => assert!(
+                got.iter().all(|g| g == w),
+                "view {v}: want {w}, got {:?}",
+                &got[..4]
+            ),
+            None => assert!(got.iter().all(|g| g.is_nan()), "view {v} was written"),
+        }
+    }
+    assert_eq!(table.stats().launches, replays as u64);
+    assert!(rebound > replays, "{rebound} rebindings");
+}

@@ -8,8 +8,8 @@ use graph_rt_ptx::{indirect, Options};
 use super::chain::N;
 use super::{capturing_ctx, function, random_f32};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, PtrSlot, ScalarSlot, Stream,
-    TableKernel, TableOptions, TableParam,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, PtrSlot, ScalarKind,
+    ScalarSlot, Stream, TableKernel, TableOptions, TableParam,
 };
 
 const AXPY_SCALARS: [&str; 2] = ["axpy_f32:0", "axpy_f32:3"];
@@ -224,10 +224,16 @@ fn table_kernel_launches_are_checked_against_the_signature() {
     assert_eq!(
         axpy.params(),
         &[
-            TableParam::Scalar { size: 4 },
+            TableParam::Scalar {
+                size: 4,
+                kind: Some(ScalarKind::Float)
+            },
             TableParam::Pointer { align: 16 },
             TableParam::Pointer { align: 16 },
-            TableParam::Scalar { size: 4 },
+            TableParam::Scalar {
+                size: 4,
+                kind: Some(ScalarKind::Integer)
+            },
         ]
     );
     let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
@@ -236,6 +242,8 @@ fn table_kernel_launches_are_checked_against_the_signature() {
     let foreign: PtrSlot<f32> = other.ptr_slot().unwrap();
     let loose: PtrSlot<f32> = table.ptr_slot_with(4, 0).unwrap();
     let wide: ScalarSlot<f64> = table.scalar_slot().unwrap();
+    let integer_alpha: ScalarSlot<i32> = table.scalar_slot().unwrap();
+    let float_n: ScalarSlot<f32> = table.scalar_slot().unwrap();
     let buf = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
     let c = config(false);
     let invalid = |r: crate::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
@@ -255,6 +263,18 @@ fn table_kernel_launches_are_checked_against_the_signature() {
         // A pointer slot where a scalar slot is read, a scalar of the wrong size.
         assert!(invalid(axpy.launch(&stream, &c, (&s.x, &s.t, &s.y, &s.n))));
         assert!(invalid(axpy.launch(&stream, &c, (&wide, &s.t, &s.y, &s.n))));
+        // Scalars of the right size but the wrong kind: an integer where the kernel reads a
+        // float, a float where it reads an integer.
+        assert!(invalid(axpy.launch(
+            &stream,
+            &c,
+            (&integer_alpha, &s.t, &s.y, &s.n)
+        )));
+        assert!(invalid(axpy.launch(
+            &stream,
+            &c,
+            (&s.alpha, &s.t, &s.y, &float_n)
+        )));
         // A slot declaring less alignment than the kernel was compiled for; another table's.
         assert!(invalid(axpy.launch(
             &stream,

@@ -91,7 +91,7 @@ impl<'a> TritonArg<'a> {
     }
 
     /// A scalar slot of an argument table (for a scalar parameter the PTX pass made a slot).
-    pub fn scalar_slot<T>(slot: &'a ScalarSlot<T>) -> Self {
+    pub fn scalar_slot<T: crate::table::SlotScalar>(slot: &'a ScalarSlot<T>) -> Self {
         Self::slot(slot)
     }
 

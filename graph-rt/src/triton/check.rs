@@ -4,7 +4,7 @@
 use super::arg::{ArgKind, TritonArg};
 use super::kernel::TritonParam;
 use crate::error::{Error, Result};
-use crate::launch::ArgSlot;
+use crate::launch::{ArgSlot, ScalarKind};
 
 /// Checks each argument against its parameter: kind, size, float or integer, slot or not, and
 /// the specialization (a 16-divisible pointer 16-byte aligned, or bound only to such addresses;
@@ -39,7 +39,11 @@ pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Resu
                         table,
                         size,
                         multiple_of,
+                        kind,
                     } if !p.pointer && size == p.size => {
+                        if p.float != (kind == ScalarKind::Float) {
+                            return fail(format!("the kernel reads {} here; the slot holds {kind:?} values", if p.float { "a float" } else { "an integer" }));
+                        }
                         if p.divisible_16 && !p.float && multiple_of < 16 {
                             return fail("the kernel was compiled for multiples of 16; the slot takes any value (ArgTable::scalar_slot_with(16))".into());
                         }

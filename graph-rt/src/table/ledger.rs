@@ -1,0 +1,250 @@
+//! The host's side of a table, with no driver call in it: the bindings as the next launch will
+//! see them, which words each mirror lacks, what each slot keeps alive, and when replaced
+//! bindings may go. [`ArgTable`](super::ArgTable) adds the device memory, the waits for
+//! acknowledgements and the launches; the CPU model test below drives this against a simulated
+//! device.
+//!
+//! Costs follow what changed, not the table's size: a binding marks its word in a bitmap (and
+//! the bitmap's word in a list the first time), staging a launch writes into its mirror only the
+//! words bound since that mirror was last written (the union of the marks of the launches made
+//! since), and releasing the bindings replaced before acknowledged launches is a prefix of a
+//! list ordered by launch count.
+
+use super::keep::Keeps;
+
+/// Which words changed: a bitmap and the list of its nonzero words, so that walking and clearing
+/// it costs what was marked.
+#[derive(Default)]
+pub(super) struct Marks {
+    bits: Vec<u64>,
+    touched: Vec<u32>,
+}
+
+impl Marks {
+    /// Room for `words` words (the bitmap grows with the table).
+    fn grow(&mut self, words: usize) {
+        let need = words.div_ceil(64);
+        if self.bits.len() < need {
+            self.bits.resize(need, 0);
+        }
+    }
+
+    #[inline]
+    fn mark(&mut self, i: usize) {
+        let w = i >> 6;
+        let old = self.bits[w];
+        if old == 0 {
+            // `w` < 2^26: a table holds fewer than 2^32 words.
+            self.touched.push(w as u32);
+        }
+        self.bits[w] = old | 1 << (i & 63);
+    }
+
+    /// Adds `other`'s marks to these.
+    fn union(&mut self, other: &Marks) {
+        for &w in &other.touched {
+            let w = w as usize;
+            if self.bits[w] == 0 {
+                self.touched.push(w as u32);
+            }
+            self.bits[w] |= other.bits[w];
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.touched
+            .iter()
+            .map(|&w| self.bits[w as usize].count_ones() as usize)
+            .sum()
+    }
+
+    /// Calls `f` with every marked word's index.
+    #[inline]
+    fn each(&self, mut f: impl FnMut(usize)) {
+        for &w in &self.touched {
+            let mut b = self.bits[w as usize];
+            while b != 0 {
+                f(((w as usize) << 6) | b.trailing_zeros() as usize);
+                b &= b - 1;
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        for &w in &self.touched {
+            self.bits[w as usize] = 0;
+        }
+        self.touched.clear();
+    }
+}
+
+/// The host's side of a table of `depth` mirrors; `R` is what a binding keeps alive.
+pub(super) struct Ledger<R> {
+    depth: usize,
+    /// The bindings, as the next launch will see them.
+    pub(super) words: Vec<u64>,
+    pub(super) keeps: Keeps<R>,
+    /// Slots never bound.
+    pub(super) unbound: usize,
+    /// Words changed since the last launch was staged.
+    current: Marks,
+    /// For each mirror, the words changed just before the launch that last wrote it.
+    history: Vec<Marks>,
+    /// Scratch: the union of marks a staging writes.
+    union: Marks,
+    /// Bindings replaced before launch `seq`: released once that launch's refresh has run.
+    pub(super) replaced: Vec<(u64, R)>,
+    /// Launches below this have finished (known from acknowledgements, or an idle stream).
+    pub(super) finished: u64,
+    /// Launches staged and made.
+    pub(super) next_seq: u64,
+    /// Bindings made.
+    pub(super) binds: u64,
+}
+
+/// Below one word in this many changed, staging writes word by word; above, the whole mirror in
+/// one copy.
+const BULK_FRACTION: usize = 8;
+
+impl<R> Ledger<R> {
+    pub(super) fn new(depth: usize) -> Self {
+        Self {
+            depth,
+            words: Vec::new(),
+            keeps: Keeps::default(),
+            unbound: 0,
+            current: Marks::default(),
+            history: (0..depth).map(|_| Marks::default()).collect(),
+            union: Marks::default(),
+            replaced: Vec::new(),
+            finished: 0,
+            next_seq: 0,
+            binds: 0,
+        }
+    }
+
+    pub(super) fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Adds an unbound slot; returns its index.
+    pub(super) fn push_slot(&mut self) -> usize {
+        let i = self.words.len();
+        self.words.push(0);
+        self.keeps.push();
+        self.unbound += 1;
+        let n = self.words.len();
+        self.current.grow(n);
+        self.union.grow(n);
+        for h in &mut self.history {
+            h.grow(n);
+        }
+        i
+    }
+
+    /// Makes `word` slot `i`'s binding for the next launch, keeping `make()` (identity `key`)
+    /// alive while a launch may read it (see [`Keeps::hold`]).
+    #[inline]
+    pub(super) fn set(&mut self, i: usize, word: u64, key: usize, make: impl FnOnce() -> Option<R>) {
+        let old = std::mem::replace(&mut self.words[i], word);
+        if old != word {
+            self.current.mark(i);
+        }
+        if !self.keeps.is_bound(i) {
+            self.unbound -= 1;
+        }
+        if let Some(evicted) = self.keeps.hold(i, key, make, self.next_seq) {
+            // Evicted at the launch count now: `replaced` stays in launch-count order.
+            self.replaced.push(evicted);
+        }
+        self.binds += 1;
+    }
+
+    /// The mirror the next launch uses, and the acknowledgement its previous launch gives once
+    /// its refresh has read it (`None` while the mirror was never used).
+    pub(super) fn next_mirror(&self) -> (usize, Option<u64>) {
+        let s = self.next_seq;
+        let d = self.depth as u64;
+        ((s % d) as usize, (s >= d).then(|| s - d + 1))
+    }
+
+    /// Writes into `mirror` (the next launch's, which the device no longer reads: its previous
+    /// launch acknowledged it) the words it lacks: all of them the first time, then those
+    /// changed since its previous launch was staged. Returns how many words it wrote.
+    pub(super) fn stage(&mut self, mirror: &mut [u64]) -> usize {
+        debug_assert_eq!(mirror.len(), self.words.len());
+        let (m, previous) = self.next_mirror();
+        let written = if previous.is_none() {
+            mirror.copy_from_slice(&self.words);
+            self.words.len()
+        } else {
+            // The launches since this mirror's last one: their marks, and the current ones.
+            self.union.clear();
+            for back in 1..self.depth {
+                let h = (m + self.depth - back) % self.depth;
+                self.union.union(&self.history[h]);
+            }
+            self.union.union(&self.current);
+            let n = self.union.count();
+            if n * BULK_FRACTION >= self.words.len() {
+                mirror.copy_from_slice(&self.words);
+            } else {
+                let words = &self.words;
+                self.union.each(|i| mirror[i] = words[i]);
+            }
+            n
+        };
+        // This launch's marks become the mirror's; its older ones are cleared for reuse.
+        std::mem::swap(&mut self.history[m], &mut self.current);
+        self.current.clear();
+        written
+    }
+
+    /// The acknowledgement `ack` was seen: launch `ack - 1` has refreshed the table, which it
+    /// does once every launch before it has finished.
+    pub(super) fn acknowledged(&mut self, ack: u64) {
+        self.finished = self.finished.max(ack.saturating_sub(1).min(self.next_seq));
+    }
+
+    /// Every launch made so far has finished (the stream was seen idle).
+    pub(super) fn all_finished(&mut self) {
+        self.finished = self.next_seq;
+    }
+
+    /// Counts a launch made after [`Ledger::stage`].
+    pub(super) fn launched(&mut self) {
+        self.next_seq += 1;
+    }
+
+    /// How many of the replaced bindings (a prefix) no launch may read any more.
+    pub(super) fn releasable(&self) -> usize {
+        // Replaced at launch count `seq`: read by launches below `seq` only.
+        self.replaced.partition_point(|(seq, _)| *seq <= self.finished)
+    }
+
+    /// Takes the replaced bindings no launch may read any more (O(released)).
+    pub(super) fn take_releasable(&mut self) -> Vec<(u64, R)> {
+        let free = self.releasable();
+        if free == 0 {
+            Vec::new()
+        } else if free == self.replaced.len() {
+            let cap = self.replaced.capacity();
+            std::mem::replace(&mut self.replaced, Vec::with_capacity(cap))
+        } else {
+            let rest = self.replaced.split_off(free);
+            std::mem::replace(&mut self.replaced, rest)
+        }
+    }
+
+    /// Gives up every slot's previous binding (see [`Keeps::drop_previous`]).
+    pub(super) fn drop_previous(&mut self) {
+        for i in 0..self.keeps.len() {
+            if let Some(evicted) = self.keeps.drop_previous(i, self.next_seq) {
+                self.replaced.push(evicted);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
