@@ -292,7 +292,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     )?;
     drop(plain_second);
     let mut patcher = HostPatcher::new(&snaps, &d, 2 + 3 * LAYERS)?;
-    let host_exec = plain_graph.instantiate()?;
+    let mut host_exec = plain_graph.instantiate()?;
     let mut recapture_exec = plain_graph.instantiate()?;
 
     // The chosen mechanism: the table (shipped kernels in table form) + the prelude (cuBLAS).
@@ -362,7 +362,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         &refs,
         PreludeOptions::default(),
     )?;
-    let chosen_exec = chosen.instantiate()?;
+    let mut chosen_exec = chosen.instantiate()?;
 
     // The other mix: plain shipped kernels too, every dynamic word rewritten by the prelude
     // (no slot loads in any kernel; more device-updatable nodes).
@@ -410,7 +410,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         &arefs,
         PreludeOptions::default(),
     )?;
-    let all_exec = all.instantiate()?;
+    let mut all_exec = all.instantiate()?;
 
     // One replay of each mechanism on the same input and weight set `s`.
     let bind_chosen = |table: &mut ArgTable,
@@ -448,17 +448,17 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     };
     let out_c = io()?;
     bind_chosen(&mut table, &x_p, &out_c, &sets[0])?;
-    prelude.launch(&mut table, &chosen_exec, &stream)?;
+    prelude.launch(&mut table, &mut chosen_exec, &stream)?;
     stream.synchronize()?;
     check("chosen", &out_c, &mut pass)?;
     let out_a = io()?;
     bind_chosen(&mut table, &x_p, &out_a, &sets[0])?;
-    prelude_all.launch(&mut table, &all_exec, &stream)?;
+    prelude_all.launch(&mut table, &mut all_exec, &stream)?;
     stream.synchronize()?;
     check("prelude everywhere", &out_a, &mut pass)?;
     let out_h = io()?;
     // SAFETY: buffers of the captured sizes, alive until after the synchronize.
-    unsafe { patcher.rebind(&host_exec, &bases(&x_p, &out_h, &sets[0]))? };
+    unsafe { patcher.rebind(&mut host_exec, &bases(&x_p, &out_h, &sets[0]))? };
     host_exec.launch(&stream)?;
     stream.synchronize()?;
     check("host updates", &out_h, &mut pass)?;
@@ -499,18 +499,18 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
                 1 => {
                     bind_chosen(&mut table, x, out, w)?;
                     start.record(&stream)?;
-                    prelude.launch(&mut table, &chosen_exec, &stream)?;
+                    prelude.launch(&mut table, &mut chosen_exec, &stream)?;
                     end.record(&stream)?;
                 }
                 4 => {
                     bind_chosen(&mut table, x, out, w)?;
                     start.record(&stream)?;
-                    prelude_all.launch(&mut table, &all_exec, &stream)?;
+                    prelude_all.launch(&mut table, &mut all_exec, &stream)?;
                     end.record(&stream)?;
                 }
                 2 => {
                     // SAFETY: buffers of the captured sizes, alive for the whole run.
-                    unsafe { patcher.rebind(&host_exec, &bases(x, out, w))? };
+                    unsafe { patcher.rebind(&mut host_exec, &bases(x, out, w))? };
                     host_exec.launch(&stream)?;
                 }
                 _ => {

@@ -1,14 +1,15 @@
 //! The cuBLAS handle ([`Cublas`]) and its GEMMs; the pure size checks they run first are in
 //! the parent module, next to their tests.
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use super::sys::{self, CublasLib, Handle};
-use super::{check_gemm_dims, Batch, Dims, GemmShape};
-use crate::driver::{Allocation, CaptureStatus, DeviceBuffer, Stream};
+use super::{check_gemm_dims, order, Batch, Dims, GemmShape};
+use crate::driver::{Allocation, CaptureStatus, Context, DeviceBuffer, Event, EventFlags};
+use crate::driver::{Parked, Stream, StreamInner};
 use crate::error::{Error, Result};
 use crate::resource::Resource;
 
@@ -53,8 +54,15 @@ impl Op {
 /// `site-packages/nvidia/cu13/lib/libcublas.so.13`), else `libcublas.so.13`, else
 /// `libcublas.so.12` from the dynamic loader's path. Nothing of cuBLAS is needed to build.
 ///
+/// A buffer allocated in stream order on another stream
+/// ([`DeviceBuffer::alloc_async`]) is ordered for the GEMM by graph-rt: the GEMM waits for
+/// what that stream has queued so far, and the buffer's memory is freed only after the GEMM
+/// (eagerly, or every replay of a recording; see the `order` module).
+///
 /// `Send` but not `Sync`: a cuBLAS handle must not be used from two threads at once. Dropping it
-/// calls `cublasDestroy_v2`, which waits for the device: not during a capture.
+/// never waits and is allowed inside a capture, also of its own stream: `cublasDestroy_v2`
+/// (which waits for the device, what no capture allows) runs later, on the context's release
+/// thread (see the `Drop`).
 pub struct Cublas {
     handle: Handle,
     lib: &'static CublasLib,
@@ -63,6 +71,8 @@ pub struct Cublas {
     // Inside `record`: what the GEMMs used, for the capture's graph to keep alive.
     recording: Cell<bool>,
     kept: std::cell::RefCell<Vec<Resource>>,
+    // Reused to order eager GEMMs after stream-ordered buffers of other streams.
+    order_event: OnceCell<Event>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -119,6 +129,7 @@ impl Cublas {
             workspace,
             recording: Cell::new(false),
             kept: std::cell::RefCell::new(Vec::new()),
+            order_event: OnceCell::new(),
             _not_sync: PhantomData,
         };
         // SAFETY: valid handle and stream of the current context.
@@ -235,26 +246,28 @@ impl Cublas {
     ) -> Result<()> {
         const CALL: &str = "cublasSgemm_v2";
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        let d = self.prepare(CALL, &shape, None, [a, b, c])?;
-        // SAFETY: valid handle; the buffers belong to the handle's context and hold every element
-        // the GEMM touches (checked above); alpha and beta are host values (pointer mode host).
-        sys::check_status(CALL, unsafe {
-            (self.lib.sgemm)(
-                self.handle,
-                transa.raw(),
-                transb.raw(),
-                d.m,
-                d.n,
-                d.k,
-                &alpha,
-                a.as_raw() as *const f32,
-                d.lda,
-                b.as_raw() as *const f32,
-                d.ldb,
-                &beta,
-                c.as_raw() as *mut f32,
-                d.ldc,
-            )
+        self.gemm(CALL, &shape, None, [a, b, c], |d| {
+            // SAFETY: valid handle; the buffers belong to the handle's context and hold every
+            // element the GEMM touches (checked before `enqueue`); alpha and beta are host
+            // values (pointer mode host).
+            unsafe {
+                (self.lib.sgemm)(
+                    self.handle,
+                    transa.raw(),
+                    transb.raw(),
+                    d.m,
+                    d.n,
+                    d.k,
+                    &alpha,
+                    a.as_raw() as *const f32,
+                    d.lda,
+                    b.as_raw() as *const f32,
+                    d.ldb,
+                    &beta,
+                    c.as_raw() as *mut f32,
+                    d.ldc,
+                )
+            }
         })
     }
 
@@ -290,30 +303,32 @@ impl Cublas {
             stride_c,
             count: batch,
         };
-        let d = self.prepare(CALL, &shape, Some(&batch), [a, b, c])?;
-        // SAFETY: valid handle; the buffers belong to the handle's context and hold every element
-        // of the last matrix of the batch (checked above); alpha and beta are host values.
-        sys::check_status(CALL, unsafe {
-            (self.lib.sgemm_strided_batched)(
-                self.handle,
-                transa.raw(),
-                transb.raw(),
-                d.m,
-                d.n,
-                d.k,
-                &alpha,
-                a.as_raw() as *const f32,
-                d.lda,
-                stride_a,
-                b.as_raw() as *const f32,
-                d.ldb,
-                stride_b,
-                &beta,
-                c.as_raw() as *mut f32,
-                d.ldc,
-                stride_c,
-                batch.count,
-            )
+        self.gemm(CALL, &shape, Some(&batch), [a, b, c], |d| {
+            // SAFETY: valid handle; the buffers belong to the handle's context and hold every
+            // element of the last matrix of the batch (checked before `enqueue`); alpha and beta
+            // are host values.
+            unsafe {
+                (self.lib.sgemm_strided_batched)(
+                    self.handle,
+                    transa.raw(),
+                    transb.raw(),
+                    d.m,
+                    d.n,
+                    d.k,
+                    &alpha,
+                    a.as_raw() as *const f32,
+                    d.lda,
+                    stride_a,
+                    b.as_raw() as *const f32,
+                    d.ldb,
+                    stride_b,
+                    &beta,
+                    c.as_raw() as *mut f32,
+                    d.ldc,
+                    stride_c,
+                    batch.count,
+                )
+            }
         })
     }
 
@@ -374,43 +389,64 @@ impl Cublas {
         c: &mut DeviceBuffer<u16>,
     ) -> Result<()> {
         const CALL: &str = "cublasGemmEx";
-        let d = self.prepare(CALL, shape, None, [a, b, c])?;
-        // SAFETY: valid handle; the buffers belong to the handle's context and hold every 16-bit
-        // element the GEMM touches (checked above); alpha and beta are host floats, the scale type
-        // of CUBLAS_COMPUTE_32F.
-        sys::check_status(CALL, unsafe {
-            (self.lib.gemm_ex)(
-                self.handle,
-                shape.transa.raw(),
-                shape.transb.raw(),
-                d.m,
-                d.n,
-                d.k,
-                (&alpha as *const f32).cast(),
-                a.as_raw() as *const c_void,
-                dtype,
-                d.lda,
-                b.as_raw() as *const c_void,
-                dtype,
-                d.ldb,
-                (&beta as *const f32).cast(),
-                c.as_raw() as *mut c_void,
-                dtype,
-                d.ldc,
-                sys::CUBLAS_COMPUTE_32F,
-                sys::CUBLAS_GEMM_DEFAULT,
-            )
+        self.gemm(CALL, shape, None, [a, b, c], |d| {
+            // SAFETY: valid handle; the buffers belong to the handle's context and hold every
+            // 16-bit element the GEMM touches (checked before `enqueue`); alpha and beta are host
+            // floats, the scale type of CUBLAS_COMPUTE_32F.
+            unsafe {
+                (self.lib.gemm_ex)(
+                    self.handle,
+                    shape.transa.raw(),
+                    shape.transb.raw(),
+                    d.m,
+                    d.n,
+                    d.k,
+                    (&alpha as *const f32).cast(),
+                    a.as_raw() as *const c_void,
+                    dtype,
+                    d.lda,
+                    b.as_raw() as *const c_void,
+                    dtype,
+                    d.ldb,
+                    (&beta as *const f32).cast(),
+                    c.as_raw() as *mut c_void,
+                    dtype,
+                    d.ldc,
+                    sys::CUBLAS_COMPUTE_32F,
+                    sys::CUBLAS_GEMM_DEFAULT,
+                )
+            }
         })
     }
 
-    /// Checks a GEMM's sizes and buffers (A, B, C), then makes the context current.
+    /// Checks a GEMM (sizes, buffers, capture), orders it after stream-ordered buffers of other
+    /// streams, queues it with `enqueue` (given the checked sizes), then, eagerly, keeps those
+    /// buffers alive until it has finished (see the `order` module).
+    fn gemm<T: bytemuck::Pod>(
+        &self,
+        call: &'static str,
+        shape: &GemmShape,
+        batch: Option<&Batch>,
+        buffers: [&DeviceBuffer<T>; 3],
+        enqueue: impl FnOnce(&Dims) -> sys::Status,
+    ) -> Result<()> {
+        let (dims, foreign) = self.prepare(call, shape, batch, buffers)?;
+        let r = sys::check_status(call, enqueue(&dims));
+        // Also after a failed call: cuBLAS may have queued part of its work.
+        let kept = order::after_eager(&self.stream, foreign);
+        r.and(kept)
+    }
+
+    /// Checks a GEMM's sizes and buffers (A, B, C), makes the context current and orders the
+    /// GEMM after stream-ordered buffers of other streams. Returns the checked sizes and, for
+    /// an eager GEMM, those buffers' allocations, to keep until it has finished.
     fn prepare<T: bytemuck::Pod>(
         &self,
         call: &'static str,
         shape: &GemmShape,
         batch: Option<&Batch>,
         buffers: [&DeviceBuffer<T>; 3],
-    ) -> Result<Dims> {
+    ) -> Result<(Dims, Vec<Arc<Allocation>>)> {
         let dims = check_gemm_dims(call, shape, buffers.map(DeviceBuffer::len), batch)?;
         for (name, buffer) in ["A", "B", "C"].into_iter().zip(buffers) {
             if !buffer.allocation().in_context(self.stream.context()) {
@@ -420,20 +456,43 @@ impl Cublas {
                 ));
             }
         }
-        if self.recording.get() {
-            let mut kept = self.kept.borrow_mut();
-            for b in buffers {
-                let r: Arc<Allocation> = b.allocation().clone();
-                kept.push(r);
-            }
-        } else if self.stream.capture_status()? != CaptureStatus::None {
+        let recording = self.recording.get();
+        if !recording && self.stream.capture_status()? != CaptureStatus::None {
             return Err(Error::invalid(
                 call,
                 "the handle's stream is capturing: call the GEMMs inside Cublas::record(scope, ..), so that the graph keeps their buffers alive",
             ));
         }
         self.bind()?;
-        Ok(dims)
+        let foreign = order::foreign(&self.stream, buffers.map(DeviceBuffer::allocation));
+        let mut kept = self.kept.borrow_mut();
+        let after = if foreign.is_empty() {
+            Vec::new()
+        } else {
+            let eager = if recording {
+                None
+            } else {
+                Some(self.order_event()?)
+            };
+            order::before(call, &self.stream, &foreign, eager, &mut kept)?
+        };
+        if !recording {
+            return Ok((dims, after));
+        }
+        for b in buffers {
+            let r: Arc<Allocation> = b.allocation().clone();
+            kept.push(r);
+        }
+        Ok((dims, Vec::new()))
+    }
+
+    /// The event eager GEMMs record on other streams to wait for them (made on first use).
+    fn order_event(&self) -> Result<&Event> {
+        if let Some(event) = self.order_event.get() {
+            return Ok(event);
+        }
+        let event = Event::new(self.stream.context(), EventFlags::DisableTiming)?;
+        Ok(self.order_event.get_or_init(|| event))
     }
 
     fn bind(&self) -> Result<()> {
@@ -441,17 +500,81 @@ impl Cublas {
     }
 }
 
-impl Drop for Cublas {
+/// A cuBLAS handle to destroy (`cublasDestroy_v2`), parked by [`Cublas`]'s drop: the call
+/// waits for the device, which no capture allows.
+struct HandleToDestroy {
+    handle: Handle,
+    lib: &'static CublasLib,
+    ctx: Context,
+    // The handle's stream, alive until the handle is destroyed.
+    _stream: Arc<StreamInner>,
+}
+
+// SAFETY: a cuBLAS handle may be destroyed from any thread once nothing else uses it (the
+// `Cublas` that used it is gone); the other fields are Send.
+unsafe impl Send for HandleToDestroy {}
+
+/// Handles destroyed without error, for the GPU tests to see the deferred destroys happen.
+#[cfg(test)]
+pub(crate) static DESTROYED: std::sync::atomic::AtomicUsize =
+    std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for HandleToDestroy {
     fn drop(&mut self) {
-        let ctx = &self.stream.context().inner;
-        let r = ctx.bind().and_then(|_| {
-            // SAFETY: we created the handle and nothing uses it after this; work already queued
-            // completes (cublasDestroy_v2 waits for the device).
+        let inner = &self.ctx.inner;
+        let r = inner.bind().and_then(|_| {
+            // SAFETY: the handle `Cublas::new` created, used by nothing any more; the work it
+            // queued has finished (the parked batch's fence) or is waited for by the call.
             sys::check_status("cublasDestroy_v2", unsafe {
                 (self.lib.destroy)(self.handle)
             })
         });
-        ctx.record(r);
-        // The workspace is dropped after the handle; its memory is freed once the device is done.
+        #[cfg(test)]
+        if r.is_ok() {
+            DESTROYED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        inner.record(r);
+    }
+}
+
+impl Drop for Cublas {
+    /// Never waits, and is allowed inside a capture of the handle's stream or of any other:
+    /// `cublasDestroy_v2` waits for the device (what a capture forbids: it would invalidate
+    /// it), so the handle and its workspace are parked on the context's release queue behind a
+    /// fence after the work queued on the handle's stream (recorded once the stream's capture
+    /// has ended, if it captures). The release thread destroys them once the fence has
+    /// completed, never while a global-mode capture of graph-rt runs; so do
+    /// [`Context::synchronize`], [`Context::poll`] and the context's teardown. Destroying at
+    /// once when the stream does not capture would still break a capture of another stream.
+    /// Errors are recorded for [`Context::take_deferred_errors`].
+    fn drop(&mut self) {
+        let stream = self.stream.shared();
+        let ctx = self.stream.context().clone();
+        let workspace: Arc<Allocation> = self.workspace.allocation().clone();
+        let parked: Vec<Parked> = vec![
+            Box::new(HandleToDestroy {
+                handle: self.handle,
+                lib: self.lib,
+                ctx: ctx.clone(),
+                _stream: stream.clone(),
+            }),
+            // Freed after the handle (the batch is dropped in order).
+            Box::new(workspace),
+            // Not destroyed or freed inside a capture either (`kept` holds something only if a
+            // recording's GEMMs panicked).
+            Box::new(self.order_event.take()),
+            Box::new(self.kept.take()),
+        ];
+        let inner = &ctx.inner;
+        // Cannot tell when the stream's work ends: leak the handle rather than destroy it under
+        // a capture (`park` leaks the batch itself when it fails).
+        let r = match inner.bind() {
+            Ok(()) => inner.released.park(&stream, parked),
+            Err(e) => {
+                std::mem::forget(parked);
+                Err(e)
+            }
+        };
+        inner.record(r);
     }
 }

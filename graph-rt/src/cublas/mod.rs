@@ -14,12 +14,20 @@
 //! the graph, and the capture never allocates. A graph keeps nothing of them alive by itself (see
 //! [`Cublas`]).
 //!
-//! `sys` holds the hand-written bindings and the loader, `handle` the safe type; the pure size
-//! checks are here, with their tests. Depends on `driver`, `error` and `resource` only.
+//! Buffers allocated in stream order on another stream than the handle's are ordered for the
+//! GEMMs by graph-rt (`order`). Dropping a handle never waits and is allowed inside a capture:
+//! it is destroyed later, on the context's release thread.
+//!
+//! `sys` holds the hand-written bindings and the loader, `handle` the safe type, `order` the
+//! ordering against other streams; the pure size checks are here, with their tests. Depends on
+//! `driver`, `error` and `resource` only.
 
 mod handle;
+mod order;
 mod sys;
 
+#[cfg(test)]
+pub(crate) use handle::DESTROYED;
 pub use handle::{Cublas, Op};
 
 use std::ffi::c_int;

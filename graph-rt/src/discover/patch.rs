@@ -3,11 +3,11 @@
 
 use std::ffi::c_void;
 
-use cuda_sys::{CUdeviceptr, CUgraphNode, CUDA_KERNEL_NODE_PARAMS};
+use cuda_sys::{CUdeviceptr, CUDA_KERNEL_NODE_PARAMS};
 
 use super::scan::{Discovery, Patch};
 use super::snapshot::KernelSnapshot;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::graph::GraphExec;
 
 struct PatchedNode {
@@ -88,16 +88,25 @@ impl HostPatcher {
     /// Points every discovered word of `exec`'s nodes at buffer `k`'s new base address
     /// `bases[k]` (plus the word's interior offset), for the launches that follow.
     ///
+    /// Each node is updated through the exec, as [`GraphExec::set_kernel_args`] updates one: a
+    /// node of the graph the snapshots were read from is mapped to the exec's own after a
+    /// whole-graph update or re-instantiation, and what an earlier rebinding of the node kept
+    /// alive is released once the launches that may read it have finished. An exec whose graph
+    /// has device-updatable nodes is refused: its in-graph prelude rewrites those words on the
+    /// device at every launch, and a host update would first wait for the last launch.
+    ///
     /// # Safety
-    /// `exec` must be instantiated from the graph the snapshots were read from; each
-    /// `bases[k]` must address memory laid out as the buffer the capture used, valid for every
-    /// launch until the next rebinding's launches have finished.
-    pub unsafe fn rebind(&mut self, exec: &GraphExec, bases: &[CUdeviceptr]) -> Result<()> {
+    /// `exec` must be instantiated from the graph the snapshots were read from (or updated from
+    /// a graph of the same kernels and launch dimensions); each `bases[k]` must address memory
+    /// laid out as the buffer the capture used, valid for every launch until the next
+    /// rebinding's launches have finished. The words not patched keep the first capture's
+    /// values: what they address must stay valid as long.
+    pub unsafe fn rebind(&mut self, exec: &mut GraphExec, bases: &[CUdeviceptr]) -> Result<()> {
         const CALL: &str = "HostPatcher::rebind";
         if exec.is_device_updatable() {
             return Err(Error::invalid(
                 CALL,
-                "the exec's graph has device-updatable nodes (an in-graph prelude): host updates would race the device's",
+                "the exec's graph has device-updatable nodes (an in-graph prelude rewrites these words on the device): launch it through its Prelude instead",
             ));
         }
         if bases.len() != self.buffers {
@@ -115,25 +124,22 @@ impl HostPatcher {
                 let word = bases[p.buffer].wrapping_add(p.interior).to_le_bytes();
                 n.bytes[p.offset..p.offset + 8].copy_from_slice(&word);
             }
-            // SAFETY: forwarded (the node is of the exec's graph); the parameter values live
-            // across the call, which copies them.
-            unsafe { set_params(exec.as_raw(), n.snap.raw, &n.snap, &mut n.bytes)? };
+            // SAFETY: forwarded (the node's kernel with the capture's parameters, the patched
+            // words pointing at memory laid out as the captured buffers); the parameter values
+            // live across the call, which copies them.
+            unsafe { set_params(exec, &n.snap, &mut n.bytes)? };
         }
         Ok(())
     }
 }
 
-/// `cuGraphExecKernelNodeSetParams` with `bytes` as the node's parameters, in the form the
-/// capture used (`kernelParams` pointers into `bytes`, or `extra`).
+/// Sets `snap`'s node of `exec` to `bytes` as its parameters, in the form the capture used
+/// (`kernelParams` pointers into `bytes`, or `extra`), through the exec's per-node path.
 ///
 /// # Safety
-/// `node` must be a kernel node of the graph `exec` was instantiated from.
-unsafe fn set_params(
-    exec: cuda_sys::CUgraphExec,
-    node: CUgraphNode,
-    snap: &KernelSnapshot,
-    bytes: &mut [u8],
-) -> Result<()> {
+/// `bytes` must be valid parameters of the node's kernel for every later replay (see
+/// [`HostPatcher::rebind`]).
+unsafe fn set_params(exec: &mut GraphExec, snap: &KernelSnapshot, bytes: &mut [u8]) -> Result<()> {
     let (grid, block, shared) = snap.dims;
     let mut p = CUDA_KERNEL_NODE_PARAMS {
         func: snap.func,
@@ -168,11 +174,9 @@ unsafe fn set_params(
             .collect();
         p.kernelParams = ptrs.as_mut_ptr();
     }
-    // SAFETY: the caller's promise for the node; `p`'s pointers (into `bytes`, `ptrs`,
+    // SAFETY: the caller's promise for the parameters; `p`'s pointers (into `bytes`, `ptrs`,
     // `extra`, `size`) live across the call.
-    let r = check("cuGraphExecKernelNodeSetParams", unsafe {
-        cuda_sys::cuGraphExecKernelNodeSetParams(exec, node, &p)
-    });
+    let r = unsafe { exec.set_kernel_params(snap.node, &p) };
     drop(ptrs);
     r
 }

@@ -534,6 +534,15 @@ impl Allocation {
         Arc::ptr_eq(&self.ctx, &ctx.inner) || self.ctx.raw() == ctx.as_raw()
     }
 
+    /// The stream a stream-ordered allocation was made on and is freed on (`None`: memory of
+    /// `cuMemAlloc`, or not graph-rt's).
+    pub(crate) fn ordered_on(&self) -> Option<&Arc<StreamInner>> {
+        match &self.backing {
+            Backing::StreamOrdered(stream) => Some(stream),
+            _ => None,
+        }
+    }
+
     /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
     /// what the unordered copies and fills do first, so that they never race with a kernel
     /// (and a stream-ordered allocation has been made on its stream).

@@ -457,6 +457,33 @@ impl GraphExec {
         Ok(())
     }
 
+    /// Sets kernel node `node`'s parameters from the host, for kernels graph-rt did not launch
+    /// (discovery's `HostPatcher`): the node is resolved as for every per-node update
+    /// ([`GraphExec::member`]), and what an earlier rebinding of it kept is released once the
+    /// launches that may read it have finished.
+    ///
+    /// # Safety
+    /// `p` must be valid parameters for the node's kernel for every later replay (as
+    /// [`Stream::launch`]); its pointers need to live across the call only.
+    pub(crate) unsafe fn set_kernel_params(
+        &mut self,
+        node: Node,
+        p: &cuda_sys::CUDA_KERNEL_NODE_PARAMS,
+    ) -> Result<()> {
+        const CALL: &str = "cuGraphExecKernelNodeSetParams";
+        let raw = self.member(node, CALL)?;
+        // SAFETY: a node of this exec (resolved above); the caller's promise for `p`.
+        check(CALL, unsafe {
+            cuda_sys::cuGraphExecKernelNodeSetParams(self.raw, raw, p)
+        })?;
+        // Read again from the graph on next use: the dimensions may have changed.
+        self.kernels.remove(&(raw as usize));
+        let mut none = std::mem::take(&mut self.scratch);
+        self.bind(raw, &mut none);
+        self.scratch = none;
+        Ok(())
+    }
+
     /// Enables or disables a node (kernel, memcpy or memset) for later launches.
     pub fn set_enabled(&mut self, node: Node, enabled: bool) -> Result<()> {
         let node_raw = self.member(node, "cuGraphNodeSetEnabled")?;

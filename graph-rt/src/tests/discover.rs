@@ -65,7 +65,7 @@ fn discovery_patches_addresses_and_refuses_a_coincidence() {
     assert!(!snaps[0].via_extra);
 
     // Rebind the first capture's exec to fresh buffers before each of 20 replays.
-    let exec = first.instantiate().unwrap();
+    let mut exec = first.instantiate().unwrap();
     // The unexplained word (the coincidence) keeps the patcher from being made by default.
     assert!(HostPatcher::new(&snaps, &d, 3).is_err());
     let mut patcher = HostPatcher::with_unexplained(&snaps, &d, 3).unwrap();
@@ -77,7 +77,7 @@ fn discovery_patches_addresses_and_refuses_a_coincidence() {
         // SAFETY: N-float buffers, kept until the end of the test.
         unsafe {
             patcher
-                .rebind(&exec, &[xi.as_raw(), yi.as_raw(), 0])
+                .rebind(&mut exec, &[xi.as_raw(), yi.as_raw(), 0])
                 .unwrap()
         };
         exec.launch(&stream).unwrap();
@@ -91,7 +91,81 @@ fn discovery_patches_addresses_and_refuses_a_coincidence() {
     // The static node still reads `s` (never patched).
     assert!(z.to_vec().unwrap().iter().all(|&v| v == 1.0));
     // SAFETY: refused before any update.
-    unsafe { assert!(patcher.rebind(&exec, &[0, 0]).is_err()) };
+    unsafe { assert!(patcher.rebind(&mut exec, &[0, 0]).is_err()) };
+}
+
+/// The host patcher updates nodes through the exec: what an earlier rebinding of the node kept
+/// is released, a whole-graph update keeps the first capture's nodes naming the exec's, and
+/// `set_kernel_args` after it reads the node afresh.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn host_patcher_rebinds_through_the_exec() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let alloc = || DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    let (x, y) = ([alloc(), alloc()], [alloc(), alloc()]);
+    let capture = |i: usize| {
+        stream
+            .capture(CaptureMode::Global, |scope| {
+                // SAFETY: add1 over N floats of distinct N-float buffers.
+                unsafe { scope.launch(&f, &cfg, (&x[i], &y[i], N as i32))? };
+                Ok(())
+            })
+            .unwrap()
+    };
+    let (first, second) = (capture(0), capture(1));
+    let dynamics = |i: usize| [dynamic(&x[i]), dynamic(&y[i])];
+    let (snaps, d) = discover_graphs(&first, &second, &dynamics(0), &dynamics(1)).unwrap();
+    let mut patcher = HostPatcher::new(&snaps, &d, 2).unwrap();
+    assert_eq!(patcher.patch_count(), 2);
+    let node = snaps[0].node;
+    let mut exec = first.instantiate().unwrap();
+    let base = exec.retained_count();
+    // A fresh input (random) and output.
+    let fresh = || {
+        let host = random_f32(N);
+        (DeviceBuffer::from_host(&ctx, &host).unwrap(), alloc(), host)
+    };
+    let replay = |exec: &crate::GraphExec, yi: &DeviceBuffer<f32>, host: &[f32]| {
+        exec.launch(&stream).unwrap();
+        stream.synchronize().unwrap();
+        let want: Vec<f64> = host.iter().map(|&v| v as f64 + 1.0).collect();
+        assert_close(&yi.to_vec().unwrap(), &want, 1e-7);
+    };
+    // A rebinding through set_kernel_args keeps its two buffers ...
+    let (x2, y2, _) = fresh();
+    // SAFETY: add1 over N floats of distinct N-float buffers (kept by the exec).
+    unsafe { exec.set_kernel_args(node, (&x2, &y2, N as i32)).unwrap() };
+    assert_eq!(exec.retained_count(), base + 2);
+    // ... until the patcher rewrites the node: released at once (no launch in flight).
+    let (x3, y3, host3) = fresh();
+    // SAFETY: N-float buffers, alive until the replay has been synchronized.
+    unsafe {
+        patcher
+            .rebind(&mut exec, &[x3.as_raw(), y3.as_raw()])
+            .unwrap()
+    };
+    assert_eq!(exec.retained_count(), base);
+    replay(&exec, &y3, &host3);
+    // After a whole-graph update from the second capture, the first capture's node still names
+    // the exec's.
+    exec.update(&second).unwrap();
+    let (x4, y4, host4) = fresh();
+    // SAFETY: as above.
+    unsafe {
+        patcher
+            .rebind(&mut exec, &[x4.as_raw(), y4.as_raw()])
+            .unwrap()
+    };
+    replay(&exec, &y4, &host4);
+    // set_kernel_args after the patcher reads the node's kernel and dimensions again.
+    let (x5, y5, host5) = fresh();
+    // SAFETY: as for x2, y2.
+    unsafe { exec.set_kernel_args(node, (&x5, &y5, N as i32)).unwrap() };
+    replay(&exec, &y5, &host5);
+    drop((x2, y2, x3, y3, x4, y4));
 }
 
 /// bf16 bits of `v` (round to nearest even).
@@ -335,7 +409,7 @@ fn cublas_gemms_rebound(options: PreludeOptions) {
     if options.host_only {
         assert!(matches!(prelude.report().mode, PreludeMode::Host { .. }));
     }
-    let exec = first.instantiate().unwrap();
+    let mut exec = first.instantiate().unwrap();
     let sets: Vec<Vec<[Buf; 3]>> = (0..replays).map(|r| make_set(r + 2)).collect();
     for set in &sets {
         for (slot, b) in slots.iter().zip(set.iter().flatten()) {
@@ -345,7 +419,7 @@ fn cublas_gemms_rebound(options: PreludeOptions) {
                 _ => unreachable!("slots follow the first set's types"),
             }
         }
-        prelude.launch(&mut table, &exec, &stream).unwrap();
+        prelude.launch(&mut table, &mut exec, &stream).unwrap();
     }
     stream.synchronize().unwrap();
     // Sampled entries of every C against a CPU reference (f64 accumulation over bf16- or

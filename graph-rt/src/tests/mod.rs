@@ -4,6 +4,7 @@
 mod args;
 mod calibrate;
 mod chain;
+mod cublas;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod discover;

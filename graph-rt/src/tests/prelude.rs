@@ -70,7 +70,7 @@ fn chain(ctx: &crate::Context, stream: &Stream, options: PreludeOptions) -> Chai
 
 /// 20 replays, every buffer fresh before each, no synchronization until the end.
 fn replays_stay_right(ctx: &crate::Context, stream: &Stream, c: &mut Chain) {
-    let exec = c.graph.instantiate().unwrap();
+    let mut exec = c.graph.instantiate().unwrap();
     let mut runs = Vec::new();
     for _ in 0..20 {
         let x = random_f32(N);
@@ -79,7 +79,7 @@ fn replays_stay_right(ctx: &crate::Context, stream: &Stream, c: &mut Chain) {
         for (s, b) in c.slots.iter().zip(&bufs) {
             c.table.bind(s, b).unwrap();
         }
-        c.prelude.launch(&mut c.table, &exec, stream).unwrap();
+        c.prelude.launch(&mut c.table, &mut exec, stream).unwrap();
         runs.push((x, bufs.pop().unwrap()));
     }
     stream.synchronize().unwrap();
@@ -125,7 +125,10 @@ fn prelude_on_the_host_when_asked_gives_the_same_results() {
     // of the graph it was installed in.
     let mut exec = c.graph.instantiate().unwrap();
     exec.update(&c.graph).unwrap();
-    let err = c.prelude.launch(&mut c.table, &exec, &stream).unwrap_err();
+    let err = c
+        .prelude
+        .launch(&mut c.table, &mut exec, &stream)
+        .unwrap_err();
     assert!(err.to_string().contains("updated"), "{err}");
 }
 
@@ -172,7 +175,7 @@ fn device_updatable_rules_are_typed_errors() {
     for (s, b) in c.slots.iter().zip(&bufs) {
         c.table.bind(s, b).unwrap();
     }
-    c.prelude.launch(&mut c.table, &exec, &stream).unwrap();
+    c.prelude.launch(&mut c.table, &mut exec, &stream).unwrap();
     stream.synchronize().unwrap();
     let want: Vec<f64> = x.iter().map(|&v| v as f64 + KERNELS as f64).collect();
     assert_close(&bufs[KERNELS].to_vec().unwrap(), &want, 1e-6);
@@ -292,7 +295,7 @@ fn prelude_orders_patched_nodes_the_graph_left_unordered() {
         assert_eq!(edges.len(), 1, "{edges:?}");
         assert_eq!(edges[0].kind, crate::EdgeKind::Full);
     }
-    let exec = first.instantiate().unwrap();
+    let mut exec = first.instantiate().unwrap();
     let mut runs = Vec::new();
     for _ in 0..10 {
         let x = random_f32(N);
@@ -302,7 +305,7 @@ fn prelude_orders_patched_nodes_the_graph_left_unordered() {
         );
         table.bind(&slots[0], &xi).unwrap();
         table.bind(&slots[1], &yi).unwrap();
-        prelude.launch(&mut table, &exec, &stream).unwrap();
+        prelude.launch(&mut table, &mut exec, &stream).unwrap();
         runs.push((x, xi, yi));
     }
     stream.synchronize().unwrap();

@@ -1,0 +1,298 @@
+//! cuBLAS handles on real streams: dropped inside a capture (destroyed once it has ended), and
+//! GEMMs on buffers allocated in stream order on another stream (ordered by graph-rt, eagerly
+//! and in a recording).
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::chain::{add1, N};
+use super::{assert_close, capturing_ctx, ctx, random_f32};
+use crate::cublas::DESTROYED;
+use crate::{
+    CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Function, LaunchConfig, NodeKind, Result,
+    Stream,
+};
+
+/// The GEMMs checked: `D × D × D`, so that an operand holds `N` floats (one `add1` launch).
+const D: usize = 64;
+/// The GEMMs that keep a stream busy for a few milliseconds each: `BIG × BIG × BIG` in f32.
+const BIG: usize = 4096;
+
+/// C = A · B, `D × D`, column-major.
+fn gemm(
+    blas: &Cublas,
+    a: &DeviceBuffer<f32>,
+    b: &DeviceBuffer<f32>,
+    c: &mut DeviceBuffer<f32>,
+) -> Result<()> {
+    blas.sgemm(
+        CublasOp::N,
+        CublasOp::N,
+        D,
+        D,
+        D,
+        1.0,
+        a,
+        D,
+        b,
+        D,
+        0.0,
+        c,
+        D,
+    )
+}
+
+/// Queues `count` large GEMMs (`out = x · x`) on the handle's stream.
+fn busy(blas: &Cublas, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<f32>, count: usize) {
+    for _ in 0..count {
+        blas.sgemm(
+            CublasOp::N,
+            CublasOp::N,
+            BIG,
+            BIG,
+            BIG,
+            1.0,
+            x,
+            BIG,
+            x,
+            BIG,
+            0.0,
+            out,
+            BIG,
+        )
+        .unwrap();
+    }
+}
+
+/// What `gemm` of an all-ones A and `b` gives: every column of C holds the sum of b's column.
+fn ones_times(b: &[f32]) -> Vec<f64> {
+    (0..D * D)
+        .map(|e| {
+            let j = e / D;
+            (0..D).map(|l| b[l + j * D] as f64).sum()
+        })
+        .collect()
+}
+
+/// Writes `from + 1` into `to` on `stream` (`add1` over `N` floats).
+fn add1_on(stream: &Stream, f: &Function, from: &DeviceBuffer<f32>, to: &mut DeviceBuffer<f32>) {
+    let cfg = LaunchConfig::for_elements(N, 256);
+    // SAFETY: add1 over N floats of two distinct N-float buffers, alive until the test has
+    // synchronized (stream-ordered ones are freed on their stream, after the launch).
+    unsafe { stream.launch(f, &cfg, (from, to, N as i32)).unwrap() };
+}
+
+/// Waits (up to 10 s) until nothing stays parked on `ctx`: what was parked while its stream
+/// captured is fenced by the release thread once the capture has ended.
+fn wait_released(ctx: &Context) {
+    let start = Instant::now();
+    while ctx.poll().unwrap() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "parked batches were never released"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    ctx.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn a_handle_dropped_inside_a_capture_of_its_stream_is_destroyed_after_it() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let kept = Cublas::new(&stream).unwrap();
+    let dropped = Cublas::new(&stream).unwrap();
+    let (x_host, b_host) = (random_f32(N), random_f32(N));
+    let x = DeviceBuffer::from_host(&ctx, &x_host).unwrap();
+    let ones = DeviceBuffer::from_host(&ctx, &vec![1.0f32; N]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &b_host).unwrap();
+    let (mut y, mut c) = (
+        DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+        DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+    );
+    // Warm-up outside the capture, on both handles.
+    gemm(&kept, &ones, &b, &mut c).unwrap();
+    gemm(&dropped, &ones, &b, &mut c).unwrap();
+    stream.synchronize().unwrap();
+    let destroyed = DESTROYED.load(Ordering::SeqCst);
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            let cfg = LaunchConfig::for_elements(N, 256);
+            // SAFETY: add1 over N floats of two distinct N-float buffers the test keeps.
+            unsafe { s.launch(&f, &cfg, (&x, &mut y, N as i32))? };
+            // cublasDestroy_v2 here would invalidate the capture: the drop parks the handle.
+            drop(dropped);
+            kept.record(s, |blas| gemm(blas, &ones, &b, &mut c))
+        })
+        .unwrap();
+    assert_eq!(
+        DESTROYED.load(Ordering::SeqCst),
+        destroyed,
+        "destroyed during the capture"
+    );
+    y.fill_u32(f32::NAN.to_bits()).unwrap();
+    c.fill_u32(f32::NAN.to_bits()).unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    let want: Vec<f64> = x_host.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&y.to_vec().unwrap(), &want, 1e-7);
+    assert_close(&c.to_vec().unwrap(), &ones_times(&b_host), 1e-5);
+    // Destroyed once the capture had ended, without error.
+    wait_released(&ctx);
+    assert_eq!(DESTROYED.load(Ordering::SeqCst), destroyed + 1);
+    assert!(ctx.take_deferred_errors().is_empty());
+    // Dropped outside a capture: parked behind an event, destroyed by the next synchronize;
+    // the exec still replays (the graph keeps the workspace).
+    drop(kept);
+    c.fill_u32(f32::NAN.to_bits()).unwrap();
+    exec.launch(&stream).unwrap();
+    ctx.synchronize().unwrap();
+    wait_released(&ctx);
+    assert_eq!(DESTROYED.load(Ordering::SeqCst), destroyed + 2);
+    // The graph kept the workspace: the replay after the handle's destroy is right too.
+    assert_close(&c.to_vec().unwrap(), &ones_times(&b_host), 1e-5);
+    assert!(ctx.take_deferred_errors().is_empty());
+}
+
+/// Two streams, A and B, a handle on each, and the buffers of the checks (allocated first:
+/// synchronous allocations and copies wait for the whole context).
+struct TwoStreams {
+    sa: Stream,
+    sb: Stream,
+    on_a: Cublas,
+    on_b: Cublas,
+    f: Function,
+    zeros: DeviceBuffer<f32>,
+    b_host: Vec<f32>,
+    b: DeviceBuffer<f32>,
+    c: DeviceBuffer<f32>,
+    thousand: DeviceBuffer<f32>,
+    x: DeviceBuffer<f32>,
+    out: [DeviceBuffer<f32>; 2],
+    // Last: dropped after the handles (which park on it), releasing what they parked while the
+    // test still holds its share of the GPU.
+    ctx: super::TestContext,
+}
+
+fn two_streams(ctx: super::TestContext) -> TwoStreams {
+    let (sa, sb) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
+    let (on_a, on_b) = (Cublas::new(&sa).unwrap(), Cublas::new(&sb).unwrap());
+    let b_host = random_f32(N);
+    let big = || DeviceBuffer::<f32>::zeroed(&ctx, BIG * BIG).unwrap();
+    let mut t = TwoStreams {
+        f: add1(&ctx),
+        zeros: DeviceBuffer::zeroed(&ctx, N).unwrap(),
+        b: DeviceBuffer::from_host(&ctx, &b_host).unwrap(),
+        c: DeviceBuffer::zeroed(&ctx, N).unwrap(),
+        thousand: DeviceBuffer::from_host(&ctx, &vec![1000.0f32; N]).unwrap(),
+        x: big(),
+        out: [big(), big()],
+        b_host,
+        ctx,
+        sa,
+        sb,
+        on_a,
+        on_b,
+    };
+    // Warm-up: cuBLAS picks and loads its kernels.
+    busy(&t.on_a, &t.x, &mut t.out[0], 1);
+    busy(&t.on_b, &t.x, &mut t.out[1], 1);
+    gemm(&t.on_b, &t.zeros, &t.b, &mut t.c).unwrap();
+    t.ctx.synchronize().unwrap();
+    t.c.fill_u32(f32::NAN.to_bits()).unwrap();
+    t
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn an_eager_gemm_orders_a_buffer_allocated_on_another_stream() {
+    let mut t = two_streams(ctx());
+    // Before: A is busy, then allocates and writes the GEMM's A operand (ones); the GEMM on B
+    // must wait for that write.
+    busy(&t.on_a, &t.x, &mut t.out[0], 6);
+    let mut a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    add1_on(&t.sa, &t.f, &t.zeros, &mut a);
+    gemm(&t.on_b, &a, &t.b, &mut t.c).unwrap();
+    drop(a);
+    t.sb.synchronize().unwrap();
+    assert_close(&t.c.to_vec().unwrap(), &ones_times(&t.b_host), 1e-5);
+    t.ctx.synchronize().unwrap();
+    t.c.fill_u32(f32::NAN.to_bits()).unwrap();
+
+    // After: B is busy, so the GEMM runs late; the operand, dropped at once, must not go back
+    // to A's pool before (A would hand its memory to the next allocation there).
+    let mut a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    add1_on(&t.sa, &t.f, &t.zeros, &mut a);
+    busy(&t.on_b, &t.x, &mut t.out[1], 6);
+    gemm(&t.on_b, &a, &t.b, &mut t.c).unwrap();
+    let freed = a.as_raw();
+    drop(a);
+    let mut junk = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    assert_ne!(
+        junk.as_raw(),
+        freed,
+        "the operand's memory was reused before the GEMM ran"
+    );
+    add1_on(&t.sa, &t.f, &t.thousand, &mut junk);
+    drop(junk);
+    t.sb.synchronize().unwrap();
+    assert_close(&t.c.to_vec().unwrap(), &ones_times(&t.b_host), 1e-5);
+    t.ctx.synchronize().unwrap();
+    wait_released(&t.ctx);
+    assert!(t.ctx.take_deferred_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn a_recorded_gemm_orders_a_buffer_allocated_on_another_stream() {
+    let mut t = two_streams(capturing_ctx());
+    // A is busy, then allocates and writes the operand; the capture of B records the GEMM and
+    // an event-wait node for A.
+    busy(&t.on_a, &t.x, &mut t.out[0], 6);
+    let mut a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    add1_on(&t.sa, &t.f, &t.zeros, &mut a);
+    let (blas, b, c) = (&t.on_b, &t.b, &mut t.c);
+    let graph =
+        t.sb.capture(CaptureMode::Global, |s| {
+            blas.record(s, |blas| gemm(blas, &a, b, c))
+        })
+        .unwrap();
+    let kinds: Vec<NodeKind> = graph
+        .nodes()
+        .unwrap()
+        .into_iter()
+        .map(|n| graph.node_kind(n).unwrap())
+        .collect();
+    assert!(kinds.contains(&NodeKind::WaitEvent), "{kinds:?}");
+    // The graph keeps the operand alive.
+    drop(a);
+    let exec = graph.instantiate().unwrap();
+    // Replayed while A may still be busy: the replay waits for A's write.
+    exec.launch(&t.sb).unwrap();
+    t.sb.synchronize().unwrap();
+    assert_close(&t.c.to_vec().unwrap(), &ones_times(&t.b_host), 1e-5);
+
+    // An operand whose stream captures now cannot be ordered: refused, nothing queued.
+    let a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    let mut y = DeviceBuffer::<f32>::zeroed(&t.ctx, N).unwrap();
+    let (f, zeros, blas, b, c) = (&t.f, &t.zeros, &t.on_b, &t.b, &mut t.c);
+    let mut err = None;
+    let on_a =
+        t.sa.capture(CaptureMode::Global, |s| {
+            let cfg = LaunchConfig::for_elements(N, 256);
+            // SAFETY: add1 over N floats of two distinct N-float buffers the test keeps.
+            unsafe { s.launch(f, &cfg, (zeros, &mut y, N as i32))? };
+            err = gemm(blas, &a, b, c).err();
+            Ok(())
+        })
+        .unwrap();
+    let err = err.expect("the GEMM was refused");
+    assert!(err.to_string().contains("capturing now"), "{err}");
+    drop((on_a, a, exec, graph));
+    t.ctx.synchronize().unwrap();
+    wait_released(&t.ctx);
+    assert!(t.ctx.take_deferred_errors().is_empty());
+}
