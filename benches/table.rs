@@ -323,7 +323,7 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
     };
     for n in [1usize, 10, 100, 200, 1000] {
         let k = n + 1;
-        let sets: Vec<Vec<DeviceBuffer<f32>>> = (0..3)
+        let sets: Vec<Vec<DeviceBuffer<f32>>> = (0..5)
             .map(|_| {
                 (0..k)
                     .map(|_| DeviceBuffer::zeroed(ctx, ELEMS).expect("alloc"))
@@ -335,8 +335,24 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
             c.bind_all(&sets[0]);
             RefCell::new(c)
         };
-        let (two, raw, three, tenth) = (chain(0), chain(1), chain(2), chain(3));
+        // Each variant on a table of its own: a launch writes into its mirror what was bound
+        // since that mirror's last launch, so a table shared with binding variants would make
+        // the launch alone carry their words.
+        let (still, two, raw, three, tenth, five) =
+            (chain(0), chain(1), chain(2), chain(3), chain(4), chain(5));
         let plain = static_chain(stream, &pdl, true, &sets[0]);
+        let uploaded = capture_chain(stream, &pdl, true, &sets[0])
+            .instantiate_with(&graph_rt::InstantiateOptions {
+                upload: Some(stream),
+                ..Default::default()
+            })
+            .expect("instantiate");
+        // SAFETY (both raw launches below): live execs of this context and a live stream; the
+        // graphs are plain chains over buffers the bench keeps to the end.
+        let raw_launch = |e: &GraphExec| unsafe {
+            let r = graph_rt::sys::cuGraphLaunch(e.as_raw(), stream.as_raw()).expect("driver");
+            assert_eq!(r, graph_rt::sys::CUresult::CUDA_SUCCESS);
+        };
         // A random tenth of the slots (at least one) for each round, drawn up front.
         let picks: Vec<Vec<usize>> = (0..64)
             .map(|_| {
@@ -352,11 +368,11 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
             stream.synchronize().expect("sync");
             us
         };
-        let (mut i, mut j, mut l, mut m) = (0usize, 0usize, 0usize, 0usize);
+        let (mut i, mut j, mut l, mut m, mut f) = (0usize, 0usize, 0usize, 0usize, 0usize);
         let variants: Vec<common::Variant> = vec![
             (
                 "launch, no bind",
-                Box::new(|| host(&mut || two.borrow_mut().launch(stream))),
+                Box::new(|| host(&mut || still.borrow_mut().launch(stream))),
             ),
             (
                 "bind K + launch",
@@ -392,6 +408,17 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
                 }),
             ),
             (
+                "bind K (5 sets) + launch",
+                Box::new(|| {
+                    f += 1;
+                    host(&mut || {
+                        let mut c = five.borrow_mut();
+                        c.bind_all(&sets[f % 5]);
+                        c.launch(stream)
+                    })
+                }),
+            ),
+            (
                 "bind K/10 + launch",
                 Box::new(|| {
                     m += 1;
@@ -409,6 +436,14 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
             (
                 "plain graph launch",
                 Box::new(|| host(&mut || plain.launch(stream).expect("launch"))),
+            ),
+            (
+                "plain graph, raw cuGraphLaunch",
+                Box::new(|| host(&mut || raw_launch(&plain))),
+            ),
+            (
+                "plain graph uploaded, raw cuGraphLaunch",
+                Box::new(|| host(&mut || raw_launch(&uploaded))),
             ),
             (
                 "capture-status query",
@@ -619,10 +654,11 @@ fn main() {
         let (all, tenth) = (get("bind K + launch") - base, get("bind K/10 + launch") - base);
         println!("table: N={n:<5} {}", cells.join(" · "));
         println!(
-            "table: N={n:<5} above launch alone: bind K {:+.2} µs, raw {:+.2} µs, 3 sets {:+.2} µs, K/10 {:+.2} µs (K/10 ÷ K {:.3}) · launch alone ÷ plain graph launch {:.3}",
+            "table: N={n:<5} above launch alone: bind K {:+.2} µs, raw {:+.2} µs, 3 sets {:+.2} µs, 5 sets (every binding new to its slot) {:+.2} µs, K/10 {:+.2} µs (K/10 ÷ K {:.3}) · launch alone ÷ plain graph launch {:.3}",
             all,
             get("bind K raw + launch") - base,
             get("bind K (3 sets) + launch") - base,
+            get("bind K (5 sets) + launch") - base,
             tenth,
             tenth / all,
             base / get("plain graph launch"),

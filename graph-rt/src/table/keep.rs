@@ -2,21 +2,29 @@
 //! that may read it.
 
 /// The identity of "bound to nothing kept alive" (a raw address or a scalar): never an
-/// allocation's identity, which is the 8-aligned address of its shared state.
-pub(super) const NOTHING: usize = 2;
+/// allocation's identity, which is the 8-aligned address of its shared state, and with the two
+/// low bits clear like one.
+pub(super) const NOTHING: usize = 4;
+
+/// Bindings a slot remembers: its current one and the three before it.
+const PLACES: usize = 4;
+
+/// The two low bits of a remembered identity: which place of the slot's `held` holds its
+/// reference.
+const PLACE: usize = PLACES - 1;
 
 /// What the slots of a table keep alive (`R`: a reference to an allocation): for each slot, its
-/// current binding and the one before it, so that rebinding a slot back and forth between two
-/// buffers (double buffering) costs no reference counting.
+/// current binding and the three before it, most recent first, so that rebinding a slot among
+/// up to four buffers (double or triple buffering) costs no reference counting.
 ///
-/// What binding reads is 16 bytes a slot: the current and the previous binding's identities
-/// (0: none; [`NOTHING`]; else an allocation's 8-aligned address), each with, in bit 0, which of
-/// the slot's two places in `held` holds its reference. Only a binding new to its slot touches
-/// `held`. A binding evicted is released after the launches made up to its eviction (it may
-/// have stopped being current earlier: later, never sooner).
+/// What binding reads is 32 bytes a slot: the remembered identities (0: none; [`NOTHING`]; else
+/// an allocation's 8-aligned address), each with, in its two low bits, which of the slot's four
+/// places in `held` holds its reference. Only a binding new to its slot touches `held`: it takes
+/// the place of the least recent one, which is evicted and released after the launches made up
+/// to its eviction (it may have stopped being current earlier: later, never sooner).
 pub(super) struct Keeps<R> {
-    keys: Vec<[usize; 2]>,
-    held: Vec<[Option<R>; 2]>,
+    keys: Vec<[usize; PLACES]>,
+    held: Vec<[Option<R>; PLACES]>,
 }
 
 impl<R> Default for Keeps<R> {
@@ -31,8 +39,8 @@ impl<R> Default for Keeps<R> {
 impl<R> Keeps<R> {
     /// Adds a slot, unbound.
     pub(super) fn push(&mut self) {
-        self.keys.push([0; 2]);
-        self.held.push([None, None]);
+        self.keys.push([0; PLACES]);
+        self.held.push([None, None, None, None]);
     }
 
     /// Whether slot `i` was ever bound.
@@ -57,38 +65,50 @@ impl<R> Keeps<R> {
         make: impl FnOnce() -> Option<R>,
         seq: u64,
     ) -> Option<(u64, R)> {
-        debug_assert!(key != 0 && key & 1 == 0);
-        let [c, p] = self.keys[i];
-        if c & !1 == key {
+        debug_assert!(key != 0 && key & PLACE == 0);
+        let k = &mut self.keys[i];
+        if k[0] & !PLACE == key {
             return None;
         }
-        if p & !1 == key {
-            self.keys[i] = [p, c];
+        // Remembered: it moves to the front, the ones before it move back.
+        if let Some(j) = (1..PLACES).find(|&j| k[j] & !PLACE == key) {
+            k[..=j].rotate_right(1);
             return None;
         }
-        // New to the slot: it takes the previous one's place (or the place the current one does
-        // not use), and the current one becomes the previous one.
-        let place = if p != 0 { p & 1 } else { (c & 1) ^ 1 };
-        self.keys[i] = [key | place, c];
+        // New to the slot: it takes the least recent one's place, or a free one.
+        let last = k[PLACES - 1];
+        let place = if last != 0 {
+            last & PLACE
+        } else {
+            let mut used = [false; PLACES];
+            for &r in k.iter().filter(|&&r| r != 0) {
+                used[r & PLACE] = true;
+            }
+            used.iter().position(|u| !u).unwrap_or(0)
+        };
+        k.rotate_right(1);
+        k[0] = key | place;
         std::mem::replace(&mut self.held[i][place], make()).map(|r| (seq, r))
     }
 
-    /// Whether allocation `key` is slot `i`'s current or previous binding (then it was checked
-    /// when first bound).
+    /// Whether allocation `key` is one slot `i` remembers (then it was checked when first
+    /// bound).
     #[inline]
     pub(super) fn holds(&self, i: usize, key: usize) -> bool {
-        let [c, p] = self.keys[i];
-        c & !1 == key || p & !1 == key
+        self.keys[i].iter().any(|&r| r != 0 && r & !PLACE == key)
     }
 
-    /// Gives up slot `i`'s previous binding when `seq` launches have been made (returned with
-    /// the launch count up to which launches may read it).
-    pub(super) fn drop_previous(&mut self, i: usize, seq: u64) -> Option<(u64, R)> {
-        let p = std::mem::replace(&mut self.keys[i][1], 0);
-        if p == 0 {
-            return None;
+    /// Gives up slot `i`'s earlier bindings when `seq` launches have been made, handing each to
+    /// `evicted` with the launch count up to which launches may read it.
+    pub(super) fn drop_previous(&mut self, i: usize, seq: u64, mut evicted: impl FnMut((u64, R))) {
+        for j in 1..PLACES {
+            let r = std::mem::replace(&mut self.keys[i][j], 0);
+            if r != 0 {
+                if let Some(held) = self.held[i][r & PLACE].take() {
+                    evicted((seq, held));
+                }
+            }
         }
-        self.held[i][p & 1].take().map(|r| (seq, r))
     }
 
     /// Number of slots.
@@ -110,8 +130,8 @@ mod tests {
         k
     }
 
-    fn ids(k: &Keeps<Resource>) -> (usize, usize) {
-        (k.keys[0][0] & !1, k.keys[0][1] & !1)
+    fn ids(k: &Keeps<Resource>) -> Vec<usize> {
+        k.keys[0].iter().map(|r| r & !PLACE).collect()
     }
 
     fn res() -> (usize, Resource) {
@@ -119,50 +139,72 @@ mod tests {
         (Arc::as_ptr(&r) as *const () as usize, r)
     }
 
-    #[test]
-    fn ping_pong_rebinding_keeps_both_and_counts_nothing() {
-        let (mut k, (a, ra), (b, rb)) = (one(), res(), res());
-        assert!(!k.is_bound(0));
-        assert!(k.hold(0, a, || Some(ra.clone()), 0).is_none());
-        assert!(k.is_bound(0));
-        assert!(k.hold(0, b, || Some(rb.clone()), 1).is_none());
-        // Back and forth: no new reference, nothing evicted.
-        for seq in 2..10 {
-            let key = if seq % 2 == 0 { a } else { b };
-            assert!(k.hold(0, key, || panic!("no new reference"), seq).is_none());
-            assert!(k.holds(0, a) && k.holds(0, b));
+    /// The places of the remembered identities are distinct and hold their references.
+    fn consistent(k: &Keeps<Resource>, refs: &[(usize, &Resource)]) {
+        let live: Vec<usize> = k.keys[0].iter().copied().filter(|&r| r != 0).collect();
+        let mut places: Vec<usize> = live.iter().map(|r| r & PLACE).collect();
+        places.sort();
+        places.dedup();
+        assert_eq!(places.len(), live.len(), "two identities share a place");
+        for &r in &live {
+            if let Some((_, want)) = refs.iter().find(|(id, _)| *id == r & !PLACE) {
+                let held = k.held[0][r & PLACE].as_ref().expect("held");
+                assert!(Arc::ptr_eq(held, want));
+            }
         }
-        assert_eq!((Arc::strong_count(&ra), Arc::strong_count(&rb)), (2, 2));
-        assert_eq!(ids(&k), (b, a));
     }
 
     #[test]
-    fn a_third_binding_evicts_the_oldest_after_the_launches_made_so_far() {
-        let (mut k, (a, ra), (b, rb), (c, rc)) = (one(), res(), res(), res());
-        k.hold(0, a, || Some(ra.clone()), 0);
-        k.hold(0, b, || Some(rb.clone()), 3);
-        let (until, evicted) = k.hold(0, c, || Some(rc.clone()), 5).unwrap();
+    fn rotating_up_to_four_buffers_counts_nothing() {
+        let mut k = one();
+        let rs: Vec<(usize, Resource)> = (0..4).map(|_| res()).collect();
+        assert!(!k.is_bound(0));
+        for (seq, (id, r)) in rs.iter().enumerate() {
+            assert!(k.hold(0, *id, || Some(r.clone()), seq as u64).is_none());
+        }
+        assert!(k.is_bound(0));
+        // Two, three and four sets rotating: no new reference, nothing evicted.
+        for sets in 2..=4 {
+            for seq in 0..20 {
+                let (id, _) = rs[seq % sets];
+                assert!(k.hold(0, id, || panic!("no new reference"), seq as u64).is_none());
+            }
+        }
+        for (_, r) in &rs {
+            assert_eq!(Arc::strong_count(r), 2);
+        }
+        let refs: Vec<(usize, &Resource)> = rs.iter().map(|(id, r)| (*id, r)).collect();
+        consistent(&k, &refs);
+    }
+
+    #[test]
+    fn a_fifth_binding_evicts_the_least_recent_after_the_launches_made_so_far() {
+        let mut k = one();
+        let rs: Vec<(usize, Resource)> = (0..6).map(|_| res()).collect();
+        for (seq, (id, r)) in rs[..4].iter().enumerate() {
+            k.hold(0, *id, || Some(r.clone()), seq as u64);
+        }
+        // Most recent first: 3, 2, 1, 0. Binding 1 again moves it to the front.
+        k.hold(0, rs[1].0, || panic!("remembered"), 4);
+        assert_eq!(ids(&k), vec![rs[1].0, rs[3].0, rs[2].0, rs[0].0]);
+        let (until, evicted) = k.hold(0, rs[4].0, || Some(rs[4].1.clone()), 5).unwrap();
         assert_eq!(until, 5);
-        assert!(Arc::ptr_eq(&evicted, &ra));
-        assert!(!k.holds(0, a));
-        // A raw address makes the current binding the previous one, and evicts the previous.
-        assert!(k.hold(0, NOTHING, || None, 6).unwrap().1.is::<u64>());
-        assert_eq!(ids(&k), (NOTHING, c));
-        assert!(k
-            .hold(0, NOTHING, || panic!("nothing to keep"), 7)
-            .is_none());
-        // The references sit where the identities say.
-        let place = k.keys[0][1] & 1;
-        assert!(Arc::ptr_eq(k.held[0][place].as_ref().unwrap(), &rc));
-        assert_eq!(k.drop_previous(0, 8).map(|e| e.0), Some(8));
-        assert_eq!(ids(&k), (NOTHING, 0));
-        assert!(k.drop_previous(0, 9).is_none());
+        assert!(Arc::ptr_eq(&evicted, &rs[0].1));
+        assert!(!k.holds(0, rs[0].0) && k.holds(0, rs[4].0));
+        // A raw address evicts the least recent one too.
+        assert!(k.hold(0, NOTHING, || None, 6).is_some());
+        assert_eq!(ids(&k)[0], NOTHING);
+        assert!(k.hold(0, NOTHING, || panic!("nothing to keep"), 7).is_none());
+        let refs: Vec<(usize, &Resource)> = rs.iter().map(|(id, r)| (*id, r)).collect();
+        consistent(&k, &refs);
+        let mut dropped = Vec::new();
+        k.drop_previous(0, 8, |e| dropped.push(e.0));
+        assert_eq!(dropped, vec![8; 3]);
+        assert_eq!(ids(&k), vec![NOTHING, 0, 0, 0]);
         // Bound anew after that: the places stay apart.
-        k.hold(0, a, || Some(ra.clone()), 10);
-        k.hold(0, b, || Some(rb.clone()), 11);
-        let (c0, p0) = (k.keys[0][0] & 1, k.keys[0][1] & 1);
-        assert_ne!(c0, p0);
-        assert!(Arc::ptr_eq(k.held[0][c0].as_ref().unwrap(), &rb));
-        assert!(Arc::ptr_eq(k.held[0][p0].as_ref().unwrap(), &ra));
+        for (seq, (id, r)) in rs.iter().enumerate() {
+            k.hold(0, *id, || Some(r.clone()), 10 + seq as u64);
+            consistent(&k, &refs);
+        }
     }
 }

@@ -8,6 +8,28 @@ use crate::driver::{Parked, Stream};
 use crate::error::{Error, Result};
 
 impl ArgTable {
+    /// The highest acknowledgement known once the next launch's mirror may be rewritten (its
+    /// launch acknowledged `at_least`). Reads the acknowledgement of the latest launch first:
+    /// once that one has refreshed, so have all before it, and the next `depth - 1` launches
+    /// need no read at all (mapped memory may be uncached: a read costs a trip to memory).
+    pub(super) fn latest_ack(&mut self, at_least: u64, mirror: usize, stream: &Stream) -> Result<u64> {
+        let launched = self.ledger.next_seq;
+        let depth = self.ledger.depth() as u64;
+        let latest = self.shared.acks.read(((launched - 1) % depth) as usize).unwrap_or(0);
+        if latest > launched {
+            return Err(Error::invalid(
+                "ArgTable::launch",
+                format!("the device acknowledged refresh {latest} after the host made {launched} launches: the table's refresh ran outside ArgTable::launch (a graph holding it launched another way)"),
+            ));
+        }
+        if latest >= at_least {
+            // Writes to the mirror happen after the device's acknowledgement of its reads.
+            std::sync::atomic::fence(Ordering::Acquire);
+            return Ok(latest);
+        }
+        self.wait_ack(mirror, at_least, stream)
+    }
+
     /// Spins until acknowledgement word `mirror` reaches `at_least`, checking the stream for
     /// errors meanwhile; returns the word.
     pub(super) fn wait_ack(
@@ -83,16 +105,24 @@ impl ArgTable {
         if self.ledger.releasable() == 0 {
             return;
         }
-        let batch = self.ledger.take_releasable();
-        // Dropping them costs a reference count each, and the last reference frees device
-        // memory (a driver call): the context's release thread drops the batch, off the launch
-        // path (here, if it has none).
-        self.ctx.inner.released.release_later(Box::new(batch));
+        // Dropping a reference is a count here (on a cache line this thread touched when it
+        // took the reference: no traffic with another core); dropping the last one frees device
+        // memory (a driver call), which the context's release thread does, off the launch path.
+        let mut last = Vec::new();
+        for (_, r) in self.ledger.take_releasable() {
+            if std::sync::Arc::strong_count(&r) == 1 {
+                last.push(r);
+            }
+        }
+        if !last.is_empty() {
+            self.ctx.inner.released.release_later(Box::new(last));
+        }
     }
 
-    /// Lets go of every slot's previous binding (kept so that rebinding a slot back to it costs
-    /// no reference counting), and releases every replaced binding no launch may read any more.
-    /// A slot keeps its current binding and the one before it alive, and a replaced binding is
+    /// Lets go of every slot's earlier bindings (the three it remembers, so that rebinding a slot
+    /// back to one costs no reference counting), and releases every replaced binding no launch
+    /// may read any more. A slot keeps its current binding and three before it alive, and a
+    /// replaced binding is
     /// otherwise released by a later launch that sees its acknowledgement; call this when
     /// buffers bound earlier should be freed while the table lives (once the table's stream is
     /// idle, after a synchronize say, everything but the current bindings goes).

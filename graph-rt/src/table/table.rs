@@ -106,10 +106,12 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 ///   acknowledgement (a graph that refreshes the table was launched another way, or a launch
 ///   failed) or after 60 s.
 /// * **Retention**: a buffer bound to a slot stays alive until every launch that may read it has
-///   finished, whatever the caller drops. A slot keeps its current binding and the one before
-///   it (so double-buffered rebinding costs no reference counting); older ones are released
-///   once the launches made before they were replaced have finished (known from the
-///   acknowledgements, no event). [`ArgTable::trim`] lets go of the previous ones.
+///   finished, whatever the caller drops. A slot remembers its current binding and the three
+///   before it (so rebinding among up to four buffers a slot — double or triple buffering —
+///   costs no reference counting; a binding new to its slot costs one count, and the one it
+///   evicts one more, later); evicted ones are released once the launches made before their
+///   eviction have finished (known from the acknowledgements, no event). [`ArgTable::trim`]
+///   lets go of the earlier ones.
 /// * **Streams**: every launch and refresh through one table goes to one stream, the first one
 ///   used; another stream is an [`Error::InvalidArgument`], since the stream's order is what
 ///   keeps each launch's bindings its own. Use one table per stream. Execs and eager launches
@@ -153,6 +155,8 @@ pub struct ArgTable {
     pub(super) sealed: bool,
     pub(super) stream: Option<Arc<StreamInner>>,
     pub(super) stats: TableStats,
+    // The highest acknowledgement read: mirrors of launches below it may be rewritten.
+    pub(super) acked: u64,
 }
 
 impl std::fmt::Debug for ArgTable {
@@ -196,6 +200,7 @@ impl ArgTable {
             capacity: options.capacity,
             ledger: Ledger::new(options.depth),
             sealed: false,
+            acked: 0,
             stream: None,
             stats: TableStats::default(),
         })
@@ -445,10 +450,10 @@ impl ArgTable {
     pub fn record_refresh(&mut self, scope: &CaptureScope<'_>) -> Result<CapturedNode> {
         self.sealed = true;
         let args = self.refresh_args();
+        let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
         // SAFETY: table_refresh reads `depth` mirrors of `words` words, writes `words` words of
         // the device table, two counter words and `depth` acknowledgement words, all of which
         // the table holds (and the graph keeps alive below); any grid of 256-thread blocks.
-        let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
         let node = unsafe { scope.launch(&self.shared.refresh, &config, args)? };
         scope.keep_alive(self.shared.clone());
         scope.require_launcher(self.id, "ArgTable::record_refresh")?;
@@ -480,8 +485,8 @@ impl ArgTable {
         self.sealed = true;
         self.stage(stream, "ArgTable::refresh")?;
         let args = self.refresh_args();
-        // SAFETY: as in record_refresh; the table lives while a launch may use it (drop parks it).
         let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
+        // SAFETY: as in record_refresh; the table lives while a launch may use it (drop parks it).
         unsafe { stream.launch(&self.shared.refresh, &config, args)? };
         self.launched();
         Ok(())
@@ -519,8 +524,10 @@ impl ArgTable {
         }
         let (mirror, wait) = self.ledger.next_mirror();
         if let Some(at_least) = wait {
-            let ack = self.wait_ack(mirror, at_least, stream)?;
-            self.ledger.acknowledged(ack);
+            if self.acked < at_least {
+                self.acked = self.latest_ack(at_least, mirror, stream)?;
+            }
+            self.ledger.acknowledged(self.acked);
         }
         // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
         // slots are fixed once a refresh exists).
