@@ -2,15 +2,24 @@
 
 use std::sync::Arc;
 
-use cuda_sys::CUcontext;
+use cuda_sys::{CUcontext, CUmodule, CUresult};
 use parking_lot::Mutex;
 
 use super::release::ReleaseQueue;
-use super::Device;
+use super::{Device, Module};
 use crate::error::{check, Error, Result};
 
 /// A CUDA context. Cloning is cheap and shares it; the primary context is released when the last
 /// clone (and every stream, buffer and module made from it) is gone.
+///
+/// What drops park (an exec dropped while it runs, the buffers its nodes use, a table) is
+/// released by the context's release thread as soon as the device is done with it, with no call
+/// needed: [`Context::poll`] and [`Context::synchronize`] only do it sooner, on the calling
+/// thread. An allocation that fails for lack of memory first releases what is parked (waiting
+/// for the device where it must) and tries once more. Once the last handle is gone the context
+/// lives on until its release thread has released the last parked batch, then stops the thread
+/// and is released; at process exit everything still parked is released and the release threads
+/// are stopped before the driver goes.
 #[derive(Clone)]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
@@ -23,6 +32,9 @@ pub(crate) struct ContextInner {
     deferred: Mutex<Vec<Error>>,
     // What drops parked until the device is done with it.
     pub(crate) released: ReleaseQueue,
+    // Modules loaded once per context (`cached_cubin`), by key: raw handles, so that the cache
+    // holds no reference to the context; unloaded in its teardown.
+    modules: Mutex<Vec<(&'static str, usize)>>,
     // The foreign owner of a wrapped context (a cudarc `CudaContext`), kept alive with it.
     _owner: Option<crate::resource::Resource>,
 }
@@ -57,6 +69,7 @@ impl Context {
                 primary: true,
                 deferred: Mutex::new(Vec::new()),
                 released: ReleaseQueue::new(raw),
+                modules: Mutex::new(Vec::new()),
                 _owner: None,
             }),
         };
@@ -90,6 +103,7 @@ impl Context {
                 primary: false,
                 deferred: Mutex::new(Vec::new()),
                 released: ReleaseQueue::new(raw),
+                modules: Mutex::new(Vec::new()),
                 _owner: owner,
             }),
         }
@@ -116,8 +130,9 @@ impl Context {
         Ok(current_raw()? == self.inner.raw)
     }
 
-    /// Waits for all work of this context (`cuCtxSynchronize`), then releases everything drops
-    /// parked (see [`Context::poll`]).
+    /// Waits for all work of this context (`cuCtxSynchronize`), then releases on this thread
+    /// everything drops parked before the call (see [`Context::poll`]). Not needed for the
+    /// release itself, which the release thread does once the device is done.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         let mark = self.inner.released.mark();
@@ -130,7 +145,9 @@ impl Context {
     /// Releases on this thread what drops parked (an exec dropped while it ran keeps what its
     /// nodes use until its last launch has finished) and the device is done with, without
     /// waiting. Returns how many parked batches remain. The context's release thread does the
-    /// same in the background; [`Context::synchronize`] releases everything parked before it.
+    /// same in the background, as soon as each batch's fence has passed, so calling this is never
+    /// needed for the memory to come back; [`Context::synchronize`] releases everything parked
+    /// before it.
     /// Nothing is released while a global-mode capture of graph-rt runs (freeing memory would
     /// invalidate it).
     pub fn poll(&self) -> Result<usize> {
@@ -153,6 +170,55 @@ impl Context {
     /// context. Drop never panics; it records the failure here (and logs it with `tracing`).
     pub fn take_deferred_errors(&self) -> Vec<Error> {
         std::mem::take(&mut *self.inner.deferred.lock())
+    }
+
+    /// How many batches are parked on this context or being released (for tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn parked_batches(&self) -> usize {
+        self.inner.released.parked()
+    }
+
+    /// How many modules [`Context::cached_cubin`] keeps loaded (for tests).
+    #[cfg(test)]
+    pub(crate) fn cached_modules(&self) -> usize {
+        self.inner.modules.lock().len()
+    }
+
+    /// The module of cubin `image`, loaded in this context on the first call for `key` and
+    /// kept until the context is torn down; later calls return the same module. The cache holds
+    /// the raw module, not the context: the returned [`Module`] (and its functions) keep the
+    /// context alive, and the context unloads the module in its teardown.
+    ///
+    /// # Safety
+    /// `image` must be a complete, well-formed cubin (as for [`Module::from_cubin`]), the same
+    /// for every call with `key`.
+    pub(crate) unsafe fn cached_cubin(&self, key: &'static str, image: &[u8]) -> Result<Module> {
+        const CALL: &str = "cuModuleLoadData";
+        let mut modules = self.inner.modules.lock();
+        if let Some(&(_, raw)) = modules.iter().find(|(k, _)| *k == key) {
+            // SAFETY: loaded in this context below; unloaded only in its teardown, after every
+            // Module (each holds the context) is gone.
+            return Ok(unsafe { Module::from_raw(self, raw as CUmodule) });
+        }
+        if !image.starts_with(b"\x7fELF") {
+            return Err(Error::invalid(
+                CALL,
+                format!("the image for {key} is not a cubin (wrong magic number)"),
+            ));
+        }
+        // The driver reads the image through typed headers: give it 8-byte-aligned memory.
+        let mut aligned = vec![0u64; image.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);
+        self.bind()?;
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; an aligned copy of a complete cubin (the caller's promise);
+        // the context is current.
+        check(CALL, unsafe {
+            cuda_sys::cuModuleLoadData(&mut raw, aligned.as_ptr().cast())
+        })?;
+        modules.push((key, raw as usize));
+        // SAFETY: as above.
+        Ok(unsafe { Module::from_raw(self, raw) })
     }
 }
 
@@ -182,6 +248,41 @@ impl ContextInner {
         Ok(())
     }
 
+    /// Runs `alloc` (with this context current); when it fails for lack of memory
+    /// (`CUDA_ERROR_OUT_OF_MEMORY`), releases what drops parked, waiting for the device where
+    /// the memory is still in use (on the release thread, never inside a capture: see
+    /// `ReleaseQueue::reclaim`), trims the device's memory pool, and runs `alloc` once more.
+    /// If that fails too, the first error is returned.
+    pub(crate) fn alloc_retrying<T>(&self, mut alloc: impl FnMut() -> Result<T>) -> Result<T> {
+        let first = match alloc() {
+            Err(e) if e.code() == Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => e,
+            r => return r,
+        };
+        if !self.released.reclaim() {
+            return Err(first);
+        }
+        // Releases on this thread may have bound another context.
+        self.bind()?;
+        self.trim_pool();
+        alloc().map_err(|_| {
+            first.with_hint(
+                "the device is out of memory even after releasing what drops parked: free buffers or allocate less",
+            )
+        })
+    }
+
+    /// Returns the unused memory of the device's current memory pool (what `cuMemFreeAsync`
+    /// freed) to the device, for an allocation out of memory. Best effort.
+    fn trim_pool(&self) {
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and device.
+        let got = unsafe { cuda_sys::cuDeviceGetMemPool(&mut pool, self.device.as_raw()) };
+        if matches!(got, Ok(CUresult::CUDA_SUCCESS)) && !pool.is_null() {
+            // SAFETY: the device's pool; trimming keeps what backs live allocations.
+            let _ = unsafe { cuda_sys::cuMemPoolTrimTo(pool, 0) };
+        }
+    }
+
     /// Records an error met in a `Drop`, where it cannot be returned.
     pub(crate) fn record(&self, result: Result<()>) {
         if let Err(e) = result {
@@ -192,17 +293,29 @@ impl ContextInner {
 }
 
 impl Drop for ContextInner {
+    /// Teardown, once nothing holds the context any more (every parked batch holds it, so none
+    /// that does is left): stops the release thread, releases what is still parked (waiting for
+    /// its fences), unloads the cached modules, then releases the primary context. Runs on the
+    /// thread that dropped the last handle, on the release thread when the last holder was a
+    /// parked batch, or in the exit hook.
     fn drop(&mut self) {
-        // Teardown: nothing parked may outlive the context; wait for the device first.
-        self.released.teardown(|| {
-            let r = self.bind().and_then(|_| {
-                // SAFETY: the context is alive and current.
-                check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })
-            });
-            if let Err(e) = r {
-                tracing::error!(error = %e, "graph-rt: could not synchronize a context being torn down");
+        self.released.teardown();
+        let modules = std::mem::take(&mut *self.modules.lock());
+        if !modules.is_empty() {
+            let r = self.bind();
+            for (key, raw) in modules {
+                let r = r.clone().and_then(|_| {
+                    // SAFETY: loaded by `cached_cubin` in this context; every Module of it held
+                    // the context, so none is left.
+                    check("cuModuleUnload", unsafe {
+                        cuda_sys::cuModuleUnload(raw as CUmodule)
+                    })
+                });
+                if let Err(e) = r {
+                    tracing::error!(error = %e, key, "graph-rt: could not unload a cached module");
+                }
             }
-        });
+        }
         if self.primary {
             // SAFETY: we retained the primary context of this device in `Context::new`.
             let r = check("cuDevicePrimaryCtxRelease", unsafe {

@@ -49,9 +49,11 @@ impl<T: Pod> MappedHostBuffer<T> {
         ctx.bind()?;
         let mut ptr = std::ptr::null_mut();
         let flags = cuda_sys::CU_MEMHOSTALLOC_DEVICEMAP | cuda_sys::CU_MEMHOSTALLOC_PORTABLE;
-        // SAFETY: valid out-pointer; the context is current.
-        check(CALL, unsafe {
-            cuda_sys::cuMemHostAlloc(&mut ptr, bytes, flags)
+        ctx.inner.alloc_retrying(|| {
+            // SAFETY: valid out-pointer; the context is current.
+            check(CALL, unsafe {
+                cuda_sys::cuMemHostAlloc(&mut ptr, bytes, flags)
+            })
         })?;
         // SAFETY: the allocation holds `bytes` bytes, not yet shared with the device.
         unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };

@@ -195,15 +195,18 @@ pub(super) fn write_on<T: Pod>(
 }
 
 impl<T: Pod> DeviceBuffer<T> {
-    /// Allocates `len` uninitialised elements (`cuMemAlloc`). A zero-length buffer allocates nothing.
+    /// Allocates `len` uninitialised elements (`cuMemAlloc`; none for length 0). Out of memory,
+    /// it releases what drops parked (waiting for the device where it must) and retries once.
     pub fn alloc(ctx: &Context, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("cuMemAlloc", len)?;
         ctx.bind()?;
         let mut ptr = 0;
         if bytes > 0 {
-            // SAFETY: valid out-pointer; the context is current.
-            check("cuMemAlloc", unsafe {
-                cuda_sys::cuMemAlloc(&mut ptr, bytes)
+            ctx.inner.alloc_retrying(|| {
+                // SAFETY: valid out-pointer; the context is current.
+                check("cuMemAlloc", unsafe {
+                    cuda_sys::cuMemAlloc(&mut ptr, bytes)
+                })
             })?;
         }
         Ok(Self::wrap(ptr, len, &ctx.inner, Backing::Device))
@@ -229,7 +232,8 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// The buffer keeps the stream alive until it is freed. graph-rt's synchronous operations on
     /// it (copies, fills) first wait for `stream`. Not on a capturing stream: memory that lives
-    /// inside a graph comes from [`Graph::add_mem_alloc`](crate::Graph::add_mem_alloc).
+    /// inside a graph comes from [`Graph::add_mem_alloc`](crate::Graph::add_mem_alloc). Out of
+    /// memory it retries as [`DeviceBuffer::alloc`].
     pub fn alloc_async(stream: &Stream, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("cuMemAllocAsync", len)?;
         if stream.capture_status()? != super::CaptureStatus::None {
@@ -241,9 +245,11 @@ impl<T: Pod> DeviceBuffer<T> {
         stream.context().bind()?;
         let mut ptr = 0;
         if bytes > 0 {
-            // SAFETY: valid out-pointer and stream; the context is current.
-            check("cuMemAllocAsync", unsafe {
-                cuda_sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_raw())
+            stream.ctx_inner().alloc_retrying(|| {
+                // SAFETY: valid out-pointer and stream; the context is current.
+                check("cuMemAllocAsync", unsafe {
+                    cuda_sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_raw())
+                })
             })?;
         }
         Ok(Self::wrap(

@@ -28,9 +28,11 @@ impl<T: Pod> PinnedHostBuffer<T> {
         ctx.bind()?;
         let mut ptr = std::ptr::NonNull::<T>::dangling().as_ptr().cast();
         if bytes > 0 {
-            // SAFETY: valid out-pointer; the context is current.
-            check("cuMemHostAlloc", unsafe {
-                cuda_sys::cuMemHostAlloc(&mut ptr, bytes, 0)
+            ctx.inner.alloc_retrying(|| {
+                // SAFETY: valid out-pointer; the context is current.
+                check("cuMemHostAlloc", unsafe {
+                    cuda_sys::cuMemHostAlloc(&mut ptr, bytes, 0)
+                })
             })?;
             // SAFETY: the allocation holds `bytes` bytes.
             unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };

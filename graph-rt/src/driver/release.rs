@@ -1,40 +1,66 @@
 //! Deferred release: what a drop must not free while the device may still use it is parked on
 //! its context, behind a fence (an event recorded after the last work that can use it), and
-//! released by the context's release thread once the fence has completed. Dropping never waits
-//! for the device, and never does the slow host work of destroying (a 1000-node exec costs about
-//! a millisecond to destroy) on the dropping thread.
+//! released by the context's release thread as soon as the fence has passed, without any call of
+//! the user's. Dropping never waits for the device, and never does the slow host work of
+//! destroying (a 1000-node exec costs about a millisecond to destroy) on the dropping thread.
 //!
-//! The release thread (one per context, started by the first park) polls the fences with
-//! `cuEventQuery`, backing off while none has completed, and sleeps while nothing is parked.
-//! `Context::poll` releases what has completed on the calling thread, `Context::synchronize`
-//! releases everything once the device is idle, and so does the context's teardown.
+//! The release thread (one per context, started by the first park or instantiation) polls the
+//! fences with `cuEventQuery`, backing off up to a millisecond while none has passed, and sleeps
+//! while nothing is parked. `Context::poll` releases what has passed on the calling thread,
+//! `Context::synchronize` releases everything parked before it once the device is idle.
 //!
-//! Releasing frees memory, which a stream capture in global mode forbids in every thread: the
-//! release thread holds [`capture_lock`] exclusively while it releases, and graph-rt's captures in
-//! global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt did
-//! not start (another library's) is not seen: start those in thread-local mode, or call
+//! An allocation that fails for lack of memory asks the release thread to release what is parked
+//! ([`ReleaseQueue::reclaim`]): it waits for the fences of what was parked so far, releases it
+//! (and what that release frees in turn), and the allocation is retried once.
+//!
+//! Parked batches hold their context, so a context whose every user handle is gone lives on
+//! until its release thread has released the last batch: that release drops the context, whose
+//! teardown stops the thread and releases whatever is left before the context itself is released.
+//! At process exit (`main` returning, `std::process::exit`) a hook registered with `atexit`
+//! stops every release thread and releases everything still parked, waiting for the fences,
+//! before the driver tears itself down (`exit.rs`).
+//!
+//! Releasing frees memory, which a stream capture in global mode forbids in every thread: a
+//! releasing thread holds [`capture_lock`] exclusively while it releases, and graph-rt's captures
+//! in global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt
+//! did not start (another library's) is not seen: start those in thread-local mode, or call
 //! `Context::synchronize` first.
 
+mod exit;
+mod fence;
+#[cfg(test)]
+mod tests;
+
 use std::any::Any;
+use std::cell::Cell;
 use std::collections::VecDeque;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
-use cuda_sys::{CUcontext, CUevent, CUevent_flags, CUresult};
-use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
+use cuda_sys::CUcontext;
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use self::fence::{fence_after, Fence};
 use super::stream::StreamInner;
-use crate::error::{check, Result};
+use crate::error::Result;
 
 /// Something parked: anything whose drop frees what the device may use.
 pub(crate) type Parked = Box<dyn Any + Send>;
 
-/// Held shared by graph-rt's global-mode captures, exclusively by a release thread releasing.
+/// Held shared by graph-rt's global-mode captures, exclusively by a thread releasing.
 static CAPTURE_LOCK: RwLock<()> = RwLock::new(());
 
+/// The release thread's shortest and longest pause between polls while nothing has passed.
+const BACKOFF: (Duration, Duration) = (Duration::from_micros(20), Duration::from_millis(1));
+
 thread_local! {
-    /// Whether this thread is a release thread (which must not wait for its own releases).
-    static RELEASE_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The queue this thread is the release thread of (its address; 0 on other threads): a
+    /// release thread must not wait for its own releases.
+    static RELEASE_THREAD: Cell<usize> = const { Cell::new(0) };
+    /// Whether this thread holds [`CAPTURE_LOCK`] exclusively (it is releasing): a teardown
+    /// that a release runs must not wait for the lock it holds.
+    static RELEASING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A share of [`CAPTURE_LOCK`] for a global-mode capture (re-entrant: captures may nest).
@@ -42,16 +68,56 @@ pub(crate) fn capture_lock() -> RwLockReadGuard<'static, ()> {
     CAPTURE_LOCK.read_recursive()
 }
 
-/// When a parked batch may be released.
-enum Fence {
-    /// Once this event (recorded after the last work that can use the batch) has completed, or
-    /// the context is known idle since the batch was parked.
-    Event(CUevent),
-    /// At once: the batch's own release waits for the device where it must (`cuMemFree`).
-    None,
-    /// The stream of the last work was capturing, so no event could be recorded: the release
-    /// thread records one once the capture has ended.
-    Capturing(Arc<StreamInner>),
+fn on_release_thread() -> bool {
+    RELEASE_THREAD.try_with(Cell::get).unwrap_or(0) != 0
+}
+
+/// Whether this thread is the release thread of `shared`.
+fn is_release_thread_of(shared: &Shared) -> bool {
+    RELEASE_THREAD.try_with(Cell::get).unwrap_or(0) == shared as *const Shared as usize
+}
+
+fn releasing() -> bool {
+    RELEASING.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Whether a global-mode capture of graph-rt runs (perhaps on this thread), as opposed to a
+/// thread releasing (which holds the lock too, briefly).
+fn capturing() -> bool {
+    loop {
+        if CAPTURE_LOCK.try_write().is_some() {
+            return false;
+        }
+        // Shared holders are captures.
+        if CAPTURE_LOCK.is_locked() && !CAPTURE_LOCK.is_locked_exclusive() {
+            return true;
+        }
+        // A release holds it: look again once it is done.
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// [`CAPTURE_LOCK`] held exclusively by this thread, or already held by it further up.
+struct Exclusive(Option<RwLockWriteGuard<'static, ()>>);
+
+impl Exclusive {
+    /// Waits up to `patience` for graph-rt's global-mode captures to end.
+    fn take(patience: Duration) -> Option<Self> {
+        if releasing() {
+            return Some(Self(None));
+        }
+        let guard = CAPTURE_LOCK.try_write_for(patience)?;
+        let _ = RELEASING.try_with(|r| r.set(true));
+        Some(Self(Some(guard)))
+    }
+}
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        if self.0.is_some() {
+            let _ = RELEASING.try_with(|r| r.set(false));
+        }
+    }
 }
 
 struct Entry {
@@ -65,19 +131,31 @@ struct Entry {
 struct State {
     entries: VecDeque<Entry>,
     next_seq: u64,
-    // Taken by the release thread, being released now.
+    // Taken by a releasing thread, being released now.
     in_progress: usize,
-    stop: bool,
     started: bool,
-    // The release thread runs (false before it starts, and if it could not be started).
+    // The release thread runs (false before it starts, after it stopped, and if it could not
+    // be started).
     running: bool,
+    // Torn down, or the process exits: no release thread; what is parked from now on is
+    // released where it is parked, once its fence has passed.
+    closed: bool,
+    // Reclaims (allocations out of memory): the release thread waits for the fences of what was
+    // parked before `drain_mark`, releases it, and sets `drained` to the ticket it served.
+    drain_ticket: u64,
+    drained: u64,
+    drain_mark: u64,
 }
 
 struct Shared {
+    // The context (a raw handle as an integer; 0 in CPU tests, which make no driver call).
     ctx: usize,
     state: Mutex<State>,
-    // Signals new entries and stop to the thread, and finished releases to `synchronized`.
+    // Signals new entries, reclaims and closing to the thread, and finished releases, served
+    // reclaims and the thread's end to the others.
     changed: Condvar,
+    // Reclaims served (for tests).
+    reclaims: AtomicUsize,
 }
 
 /// A context's parked batches and its release thread.
@@ -86,20 +164,35 @@ pub(crate) struct ReleaseQueue {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-// SAFETY: the raw events are only used with their context current, under the state mutex or
-// after being taken out of it by one thread.
+/// Tells, without keeping it, whether a queue and its release thread are gone (for tests).
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) struct QueueWatch(Weak<Shared>);
+
+impl QueueWatch {
+    /// Whether the queue was dropped and its release thread has ended.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn is_gone(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
+// SAFETY: the context handle is only used with the driver, which accepts it from any thread;
+// everything else is behind the state mutex.
 unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
 impl ReleaseQueue {
     pub(crate) fn new(ctx: CUcontext) -> Self {
+        let shared = Arc::new(Shared {
+            ctx: ctx as usize,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            reclaims: AtomicUsize::new(0),
+        });
+        exit::register(&shared);
         Self {
-            shared: Arc::new(Shared {
-                ctx: ctx as usize,
-                state: Mutex::new(State::default()),
-                changed: Condvar::new(),
-            }),
+            shared,
             thread: Mutex::new(None),
         }
     }
@@ -124,13 +217,20 @@ impl ReleaseQueue {
     /// must), or here when there is no release thread.
     pub(crate) fn release_later(&self, parked: Parked) {
         if !self.shared.state.lock().running {
-            return drop(parked);
+            return release_guarded(parked);
         }
         self.push(Fence::None, vec![parked]);
     }
 
     fn push(&self, fence: Fence, parked: Vec<Parked>) {
+        // The exit hook must run before the exit handlers of the libraries this batch's release
+        // may call into, all loaded by now.
+        exit::arm();
         let mut state = self.shared.state.lock();
+        if state.closed {
+            drop(state);
+            return release_in_place(fence, parked);
+        }
         let seq = state.next_seq;
         state.next_seq += 1;
         state.entries.push_back(Entry { seq, fence, parked });
@@ -143,23 +243,26 @@ impl ReleaseQueue {
     /// first drop of an exec does not pay for starting a thread.
     pub(crate) fn start(&self) {
         let mut state = self.shared.state.lock();
-        if state.started {
+        if state.started || state.closed {
             return;
         }
         state.started = true;
+        // Running from now on: what is pushed meanwhile waits for the thread.
+        state.running = true;
         drop(state);
         let shared = self.shared.clone();
         let spawned = std::thread::Builder::new()
             .name("graph-rt-release".into())
             .spawn(move || release_thread(&shared));
         match spawned {
-            Ok(handle) => {
-                self.shared.state.lock().running = true;
-                *self.thread.lock() = Some(handle);
+            Ok(handle) => *self.thread.lock() = Some(handle),
+            // No thread: batches wait for `poll`, `synchronize`, a reclaim or teardown, and
+            // memory is freed where it is dropped.
+            Err(e) => {
+                tracing::warn!(error = %e, "graph-rt: no release thread");
+                self.shared.state.lock().running = false;
+                self.shared.changed.notify_all();
             }
-            // No thread: batches wait for `poll`, `synchronize` or teardown, and memory is
-            // freed where it is dropped.
-            Err(e) => tracing::warn!(error = %e, "graph-rt: no release thread"),
         }
     }
 
@@ -167,7 +270,10 @@ impl ReleaseQueue {
     /// parked. The context must be current. Releases nothing while a global-mode capture of
     /// graph-rt runs (freeing memory would invalidate it), also when called inside one.
     pub(crate) fn poll(&self) -> usize {
-        self.release_ready(None)
+        if let Some(_no_capture) = Exclusive::take(Duration::ZERO) {
+            self.shared.release_round(None);
+        }
+        self.len()
     }
 
     /// The point `synchronized` releases up to: call before waiting for the context.
@@ -176,49 +282,70 @@ impl ReleaseQueue {
     }
 
     /// After the context was synchronized: releases every batch parked before `mark` (and what
-    /// their release hands back), waiting for what the release thread is releasing.
+    /// their release hands back), waiting for what the release thread is releasing. The
+    /// context must be current.
     pub(crate) fn synchronized(&self, mark: u64) -> usize {
-        self.release_ready(Some(mark));
+        if let Some(_no_capture) = Exclusive::take(Duration::ZERO) {
+            self.shared.release_round(Some(mark));
+        }
         let mut state = self.shared.state.lock();
-        if !RELEASE_THREAD.with(|t| t.get()) {
+        // A thread releasing (this one, further up) would wait for itself.
+        if !on_release_thread() && !releasing() {
             while state.in_progress > 0 {
                 self.shared.changed.wait(&mut state);
             }
         }
         drop(state);
-        self.release_ready(Some(mark))
+        // The release thread takes the lock for each round of its own (short once nothing is
+        // being released): a moment's patience gets it between two; a capture keeps it longer.
+        if let Some(_no_capture) = Exclusive::take(Duration::from_millis(10)) {
+            self.shared.release_round(Some(mark));
+        }
+        self.len()
     }
 
-    fn release_ready(&self, idle_before: Option<u64>) -> usize {
-        let Some(_no_capture) = CAPTURE_LOCK.try_write() else {
-            return self.len();
-        };
-        // Released drops may park again (a buffer's memory): loop until nothing is ready.
-        loop {
-            let done = take_ready(&mut self.shared.state.lock().entries, idle_before);
-            if done.is_empty() {
-                return self.len();
+    /// After an allocation failed for lack of memory: has the release thread wait for the
+    /// fences of everything parked so far and release it (with what that release frees in
+    /// turn), and waits until it has. Returns whether anything was parked, i.e. whether retrying
+    /// the allocation may succeed. Waits for nothing, and returns false, on a release thread,
+    /// while this thread releases, and while a global-mode capture of graph-rt runs (perhaps on
+    /// this thread: freeing memory would invalidate it). Without a release thread, releases on
+    /// this thread what has passed, without waiting. The context must be current.
+    pub(crate) fn reclaim(&self) -> bool {
+        if on_release_thread() || releasing() || self.parked() == 0 || capturing() {
+            return false;
+        }
+        let mut state = self.shared.state.lock();
+        if !state.running || state.closed {
+            drop(state);
+            self.poll();
+            return true;
+        }
+        state.drain_ticket += 1;
+        let ticket = state.drain_ticket;
+        state.drain_mark = state.next_seq;
+        self.shared.changed.notify_all();
+        while state.drained < ticket && state.running && !state.closed {
+            self.shared.changed.wait(&mut state);
+        }
+        drop(state);
+        self.shared.reclaims.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Teardown, with nothing of the context left in use (nothing parked holds it any more):
+    /// stops the release thread, then releases what is still parked, waiting for its fences.
+    pub(crate) fn teardown(&self) {
+        self.shared.close();
+        if let Some(handle) = self.thread.lock().take() {
+            // The context may be torn down by the release thread itself, dropping the last
+            // batch that held it: it cannot wait for itself, and stops once that release returns.
+            if handle.thread().id() != std::thread::current().id() {
+                let _ = handle.join();
             }
-            release(done);
         }
-    }
-
-    /// Teardown, with nothing of the context left in use: stops the thread, waits for the
-    /// device and releases everything.
-    pub(crate) fn teardown(&self, synchronize: impl FnOnce()) {
-        self.stop();
-        if self.len() == 0 {
-            return;
-        }
-        synchronize();
-        // Not while a global-mode capture runs in another thread (give it a moment to end).
-        let Some(_no_capture) = CAPTURE_LOCK.try_write_for(Duration::from_millis(100)) else {
-            let n = self.len();
-            tracing::warn!("graph-rt: a capture runs while its context is torn down: leaking {n} parked batches");
-            return std::mem::forget(std::mem::take(&mut self.shared.state.lock().entries));
-        };
-        let entries = std::mem::take(&mut self.shared.state.lock().entries);
-        release(entries.into());
+        self.shared
+            .release_everything(Duration::from_millis(100), None);
     }
 
     /// How many batches are parked (not counting those being released).
@@ -226,39 +353,122 @@ impl ReleaseQueue {
         self.shared.state.lock().entries.len()
     }
 
-    /// Stops the release thread (after the batch it is releasing, if any).
-    fn stop(&self) {
-        self.shared.state.lock().stop = true;
-        self.shared.changed.notify_all();
-        if let Some(handle) = self.thread.lock().take() {
-            // The context may be torn down by the release thread itself, dropping the last
-            // batch that held it: it cannot wait for itself, and exits on its own.
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
+    /// How many batches are parked or being released.
+    pub(crate) fn parked(&self) -> usize {
+        let state = self.shared.state.lock();
+        state.entries.len() + state.in_progress
+    }
+
+    /// How many reclaims the release thread has served.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn reclaims(&self) -> usize {
+        self.shared.reclaims.load(Ordering::Relaxed)
+    }
+
+    /// A watch on this queue and its thread.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn watch(&self) -> QueueWatch {
+        QueueWatch(Arc::downgrade(&self.shared))
+    }
+}
+
+impl Drop for ReleaseQueue {
+    /// Tears the queue down if its owner did not (a no-op after [`ReleaseQueue::teardown`]).
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+impl Shared {
+    /// Makes the queue's context current on this thread (not in CPU tests: no context).
+    fn make_current(&self) {
+        if self.ctx != 0 {
+            // SAFETY: the context is alive while batches that hold it are parked, and the
+            // callers only release with batches parked.
+            let _ = unsafe { cuda_sys::cuCtxSetCurrent(self.ctx as CUcontext) };
+        }
+    }
+
+    /// Releases what may be released now (fences passed, or parked before `idle_before` when
+    /// the context has been synchronized since), and what those releases park in turn, until
+    /// nothing more is ready. The caller holds [`Exclusive`]. Returns how many batches it
+    /// released.
+    fn release_round(&self, idle_before: Option<u64>) -> usize {
+        let mut total = 0;
+        loop {
+            let done = {
+                let mut state = self.state.lock();
+                let done = take_ready(&mut state.entries, idle_before);
+                state.in_progress += done.len();
+                done
+            };
+            if done.is_empty() {
+                return total;
+            }
+            let n = done.len();
+            release(done);
+            self.state.lock().in_progress -= n;
+            self.changed.notify_all();
+            total += n;
+        }
+    }
+
+    /// Closes the queue: the release thread stops after what it is releasing, and what is
+    /// parked from now on is released where it is parked.
+    fn close(&self) {
+        self.state.lock().closed = true;
+        self.changed.notify_all();
+    }
+
+    /// After `close`, with the thread stopped: releases every batch, waiting for its fence
+    /// first (until `device_deadline`, if any), in parking order; batches whose fence did not
+    /// pass (a capture that has not ended, work past the deadline) are leaked. Waits up to
+    /// `patience` for graph-rt's global-mode captures to end, and leaks everything if one still
+    /// runs.
+    fn release_everything(&self, patience: Duration, device_deadline: Option<Instant>) {
+        if self.state.lock().entries.is_empty() {
+            return;
+        }
+        let Some(_no_capture) = Exclusive::take(patience) else {
+            // Leaked, not dropped with the queue later: freeing would invalidate the capture.
+            let entries = std::mem::take(&mut self.state.lock().entries);
+            let n = entries.len();
+            tracing::warn!("graph-rt: a capture runs while a context's parked batches are released at teardown or exit: leaking {n} batches");
+            return std::mem::forget(entries);
+        };
+        self.make_current();
+        loop {
+            let entries = std::mem::take(&mut self.state.lock().entries);
+            if entries.is_empty() {
+                return;
+            }
+            for mut e in entries {
+                match device_deadline {
+                    Some(deadline) if !e.fence.wait_until(deadline) => {
+                        tracing::warn!(
+                            "graph-rt: the device still uses a parked batch at exit: leaking it"
+                        );
+                        std::mem::forget(e.parked);
+                    }
+                    _ => release_in_place(e.fence, e.parked),
+                }
             }
         }
     }
 }
 
-/// Takes the entries that may be released now (events completed, or parked before
-/// `idle_before` when the context has been synchronized since), keeping the others in order.
+/// Takes the entries that may be released now (fences passed, or parked before
+/// `idle_before`), keeping the others in order. Fences of captures that have ended become
+/// events first.
 fn take_ready(entries: &mut VecDeque<Entry>, idle_before: Option<u64>) -> Vec<Entry> {
     let mut done = Vec::new();
     let mut i = 0;
     while i < entries.len() {
-        let e = &entries[i];
-        let ready = match &e.fence {
-            Fence::None => true,
-            Fence::Capturing(_) => false,
-            Fence::Event(event) => {
-                idle_before.is_some_and(|m| e.seq < m) || {
-                    // SAFETY: a live event we created, of the current context.
-                    let query = unsafe { cuda_sys::cuEventQuery(*event) };
-                    query == Ok(CUresult::CUDA_SUCCESS)
-                }
-            }
-        };
-        if ready {
+        let e = &mut entries[i];
+        e.fence.refresh();
+        let idle =
+            idle_before.is_some_and(|m| e.seq < m) && !matches!(e.fence, Fence::Capturing(_));
+        if idle || e.fence.passed() {
             done.extend(entries.remove(i));
         } else {
             i += 1;
@@ -267,101 +477,101 @@ fn take_ready(entries: &mut VecDeque<Entry>, idle_before: Option<u64>) -> Vec<En
     done
 }
 
-/// Drops released batches and destroys their fences (outside the state lock: a parked drop may
-/// park again).
+/// Drops released batches, each fence first (outside the state lock: a parked drop may park
+/// again).
 fn release(done: Vec<Entry>) {
     for e in done {
-        if let Fence::Event(event) = e.fence {
-            destroy(event);
-        }
-        drop(e.parked);
+        drop(e.fence);
+        e.parked.into_iter().for_each(release_guarded);
     }
 }
 
-/// Gives the batches parked while their stream captured an event fence, once it no longer
-/// captures. Returns whether any batch may be released by waiting.
-fn fence_captured(entries: &mut VecDeque<Entry>) -> bool {
-    let mut waiting = false;
-    for e in entries.iter_mut() {
-        if let Fence::Capturing(stream) = &e.fence {
-            match fence_after(stream) {
-                Ok(Fence::Capturing(_)) => continue,
-                Ok(fence) => e.fence = fence,
-                // Cannot tell when the work ends: this batch stays for synchronize/teardown.
-                Err(_) => continue,
-            }
-        }
-        waiting = true;
+/// Drops `parked`; a panic in its drop is logged, never unwinds into the release machinery.
+fn release_guarded(parked: Parked) {
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(parked)));
+    if dropped.is_err() {
+        tracing::error!("graph-rt: a parked resource panicked while being released");
     }
-    waiting
+}
+
+/// Releases a batch on this thread once its fence has passed (waiting for it); one whose stream
+/// still captures is leaked, since nothing can tell when the device stops using it.
+fn release_in_place(mut fence: Fence, parked: Vec<Parked>) {
+    if fence.wait() {
+        drop(fence);
+        parked.into_iter().for_each(release_guarded);
+    } else {
+        tracing::warn!("graph-rt: a batch parked during a capture that has not ended is leaked");
+        std::mem::forget(parked);
+    }
+}
+
+/// The fences to wait for before releasing what was parked before `mark` (a reclaim).
+fn waits_before(entries: &VecDeque<Entry>, mark: u64) -> Vec<Fence> {
+    entries
+        .iter()
+        .filter(|e| e.seq < mark)
+        .filter_map(|e| e.fence.waitable())
+        .collect()
+}
+
+/// Marks the thread's end, however it ends.
+struct Stopped<'a>(&'a Shared);
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().running = false;
+        self.0.changed.notify_all();
+    }
 }
 
 fn release_thread(shared: &Shared) {
-    RELEASE_THREAD.with(|t| t.set(true));
-    let mut backoff = Duration::from_micros(20);
-    loop {
-        let mut state = shared.state.lock();
-        if state.stop {
-            return;
-        }
+    let _ = RELEASE_THREAD.try_with(|t| t.set(shared as *const Shared as usize));
+    let _stopped = Stopped(shared);
+    let mut backoff = BACKOFF.0;
+    let mut state = shared.state.lock();
+    while !state.closed {
+        let drain = (state.drained < state.drain_ticket).then_some(state.drain_ticket);
         if state.entries.is_empty() {
-            shared.changed.wait(&mut state);
+            match drain {
+                Some(ticket) => {
+                    state.drained = ticket;
+                    shared.changed.notify_all();
+                }
+                None => shared.changed.wait(&mut state),
+            }
             continue;
         }
-        drop(state);
-        // Waits for graph-rt's global-mode captures to end, checking for stop meanwhile (the
-        // context may be torn down by a thread that captures).
-        let Some(no_capture) = CAPTURE_LOCK.try_write_for(Duration::from_millis(1)) else {
+        let waits = match drain {
+            Some(_) => waits_before(&state.entries, state.drain_mark),
+            None => Vec::new(),
+        };
+        let released = MutexGuard::unlocked(&mut state, || {
+            // Waits for graph-rt's global-mode captures to end, checking for closing meanwhile
+            // (the context may be torn down by a thread that captures). Waiting for fences too
+            // is not for the time of a capture: no capture starts until they have passed.
+            let no_capture = Exclusive::take(Duration::from_millis(1))?;
+            shared.make_current();
+            // A reclaim: wait for the device first.
+            for mut fence in waits {
+                fence.wait();
+            }
+            let released = shared.release_round(None);
+            drop(no_capture);
+            Some(released)
+        });
+        let Some(released) = released else {
             continue;
         };
-        // SAFETY: the context is alive while batches that hold it are parked.
-        let _ = unsafe { cuda_sys::cuCtxSetCurrent(shared.ctx as CUcontext) };
-        let done = {
-            let mut state = shared.state.lock();
-            fence_captured(&mut state.entries);
-            let done = take_ready(&mut state.entries, None);
-            state.in_progress += done.len();
-            done
-        };
-        let released = done.len();
-        release(done);
-        drop(no_capture);
-        if released > 0 {
-            shared.state.lock().in_progress -= released;
+        if let Some(ticket) = drain {
+            state.drained = ticket;
             shared.changed.notify_all();
-            backoff = Duration::from_micros(20);
-        } else {
-            std::thread::sleep(backoff);
-            backoff = (backoff * 2).min(Duration::from_millis(1));
+        }
+        if released > 0 {
+            backoff = BACKOFF.0;
+        } else if drain.is_none() && !state.closed {
+            shared.changed.wait_for(&mut state, backoff);
+            backoff = (backoff * 2).min(BACKOFF.1);
         }
     }
-}
-
-/// A new event recorded at the current end of `stream`, or [`Fence::Capturing`] while the
-/// stream captures (the record would become a node of the user's graph).
-fn fence_after(stream: &Arc<StreamInner>) -> Result<Fence> {
-    let none = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    if stream.capture_status()? != none {
-        return Ok(Fence::Capturing(stream.clone()));
-    }
-    let mut event = std::ptr::null_mut();
-    let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
-    // SAFETY: valid out-pointer; the context is current.
-    check("cuEventCreate", unsafe {
-        cuda_sys::cuEventCreate(&mut event, flags)
-    })?;
-    // SAFETY: a fresh event and a live stream of this context.
-    let r = check("cuEventRecord", unsafe {
-        cuda_sys::cuEventRecord(event, stream.raw())
-    });
-    if let Err(e) = r {
-        destroy(event);
-        return Err(e);
-    }
-    Ok(Fence::Event(event))
-}
-
-fn destroy(event: CUevent) {
-    // SAFETY: an event we created and no longer use.
-    let _ = unsafe { cuda_sys::cuEventDestroy(event) };
 }

@@ -341,7 +341,8 @@ fn refresh_node(
     Ok(r.node)
 }
 
-/// The shipped prelude kernel for this context's GPU, or why there is none.
+/// The shipped prelude kernel for this context's GPU, or why there is none. The cubin is loaded
+/// once per context, and stays loaded until the context goes.
 fn load(ctx: &Context) -> std::result::Result<Function, String> {
     let cubins = &graph_rt_kernels::PRELUDE;
     let (major, minor) = ctx
@@ -353,8 +354,9 @@ fn load(ctx: &Context) -> std::result::Result<Function, String> {
         .ok_or_else(|| {
             format!("no prelude cubin for compute capability {major}.{minor} (shipped: sm_80 for 8.x, sm_90 for 9.0)")
         })?;
-    // SAFETY: a complete cubin shipped in the kernels crate (checked fresh in CI).
-    let module = unsafe { Module::from_cubin(ctx, image) }
+    // SAFETY: a complete cubin shipped in the kernels crate (checked fresh in CI), the same
+    // for every call on this context (its device does not change).
+    let module: Module = unsafe { ctx.cached_cubin("graph_rt_kernels::PRELUDE", image) }
         .map_err(|e| format!("the prelude cubin did not load: {e}"))?;
     module
         .function("prelude_refresh_patch")

@@ -12,6 +12,7 @@ mod graphs;
 mod identity;
 mod instantiate;
 mod kernels;
+mod lifetime;
 mod memory;
 mod prelude;
 mod programmatic;

@@ -1,0 +1,354 @@
+//! CPU tests of the queue's logic, with fake fences (flags) and no context: release order,
+//! the release thread working on its own, reclaims, teardown (also by the release thread,
+//! dropping the last holder of its own queue, as a context's last parked batch does) and exit.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use super::fence::Fence;
+use super::{capture_lock, Parked, ReleaseQueue};
+
+/// The tests share [`super::CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// What was released, in order.
+type Log = Arc<Mutex<Vec<u32>>>;
+
+/// Logs its number when dropped (released).
+struct Item(u32, Log);
+
+impl Drop for Item {
+    fn drop(&mut self) {
+        self.1.lock().push(self.0);
+    }
+}
+
+/// A fake fence, passed once set.
+fn flag() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(false))
+}
+
+fn park(queue: &ReleaseQueue, fence: &Arc<AtomicBool>, item: impl std::any::Any + Send) {
+    let parked: Vec<Parked> = vec![Box::new(item)];
+    queue.push(Fence::Fake(fence.clone()), parked);
+}
+
+/// A queue of no context (its driver calls are skipped), with its thread not started.
+fn quiet_queue() -> ReleaseQueue {
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    // Counted as started without a thread: only the calls under test release.
+    q.shared.state.lock().started = true;
+    q
+}
+
+/// Waits up to 2 s for `done`.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !done() {
+        assert!(Instant::now() < deadline, "not within 2 s: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn poll_releases_what_passed_and_keeps_the_rest_in_order() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let fences: Vec<_> = (0..4).map(|_| flag()).collect();
+    for (i, f) in fences.iter().enumerate() {
+        park(&q, f, Item(i as u32, log.clone()));
+    }
+    fences[2].store(true, Ordering::Release);
+    fences[0].store(true, Ordering::Release);
+    assert_eq!(q.poll(), 2);
+    assert_eq!(*log.lock(), [0, 2]);
+    fences[3].store(true, Ordering::Release);
+    fences[1].store(true, Ordering::Release);
+    assert_eq!(q.poll(), 0);
+    assert_eq!(*log.lock(), [0, 2, 1, 3]);
+}
+
+#[test]
+fn synchronized_releases_what_was_parked_before_its_mark() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let (before, after) = (flag(), flag());
+    park(&q, &before, Item(0, log.clone()));
+    let mark = q.mark();
+    park(&q, &after, Item(1, log.clone()));
+    // Neither fence passed: the context was idle at the mark, so the first batch may go.
+    assert_eq!(q.synchronized(mark), 1);
+    assert_eq!(*log.lock(), [0]);
+    after.store(true, Ordering::Release);
+    assert_eq!(q.poll(), 0);
+}
+
+#[test]
+fn nothing_is_released_while_a_global_capture_runs() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let f = flag();
+    f.store(true, Ordering::Release);
+    park(&q, &f, Item(0, log.clone()));
+    let capture = capture_lock();
+    assert_eq!(q.poll(), 1);
+    assert!(!q.reclaim(), "a reclaim during a capture must not wait");
+    drop(capture);
+    assert_eq!(q.poll(), 0);
+    assert_eq!(*log.lock(), [0]);
+}
+
+/// A parked batch whose release parks again (an exec's buffers), released in the same round.
+struct Reparks(Arc<ReleaseQueue>, Log);
+
+impl Drop for Reparks {
+    fn drop(&mut self) {
+        self.0.release_later(Box::new(Item(7, self.1.clone())));
+    }
+}
+
+#[test]
+fn the_release_thread_releases_as_fences_pass_without_any_call() {
+    let _serial = SERIAL.lock();
+    let q = Arc::new(ReleaseQueue::new(std::ptr::null_mut()));
+    let log = Log::default();
+    let (a, b) = (flag(), flag());
+    park(&q, &a, Reparks(q.clone(), log.clone()));
+    park(&q, &b, Item(1, log.clone()));
+    assert!(
+        q.shared.state.lock().running,
+        "the first park starts the thread"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(log.lock().is_empty(), "released before its fence passed");
+    b.store(true, Ordering::Release);
+    eventually("the passed batch released", || *log.lock() == [1]);
+    a.store(true, Ordering::Release);
+    eventually("the other and what it parked released", || {
+        *log.lock() == [1, 7] && q.parked() == 0
+    });
+    // `Reparks` held the queue; it is gone, so this is the last holder.
+    let watch = q.watch();
+    drop(Arc::into_inner(q).expect("nothing else holds the queue"));
+    eventually("the thread stopped", || watch.is_gone());
+}
+
+/// A panic in a parked drop neither kills the thread nor loses the batches after it.
+struct Panics;
+
+impl Drop for Panics {
+    fn drop(&mut self) {
+        panic!("a parked drop that panics (on purpose)");
+    }
+}
+
+#[test]
+fn a_panicking_release_leaves_the_thread_running() {
+    let _serial = SERIAL.lock();
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let log = Log::default();
+    let f = flag();
+    park(&q, &f, Panics);
+    park(&q, &f, Item(0, log.clone()));
+    f.store(true, Ordering::Release);
+    eventually("released past the panic", || *log.lock() == [0]);
+    assert!(q.shared.state.lock().running);
+    q.release_later(Box::new(Item(1, log.clone())));
+    eventually("the thread still releases", || *log.lock() == [0, 1]);
+}
+
+#[test]
+fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
+    let _serial = SERIAL.lock();
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    assert!(!q.reclaim(), "nothing parked: nothing to retry for");
+    let log = Log::default();
+    let fences: Vec<_> = (0..3).map(|_| flag()).collect();
+    for (i, f) in fences.iter().enumerate() {
+        park(&q, f, Item(i as u32, log.clone()));
+    }
+    let setter = {
+        let fences = fences.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            for f in fences.iter().rev() {
+                f.store(true, Ordering::Release);
+            }
+        })
+    };
+    assert!(q.reclaim());
+    assert_eq!(q.parked(), 0, "the reclaim returned before the release");
+    assert_eq!(log.lock().len(), 3);
+    assert_eq!(q.reclaims(), 1);
+    setter.join().unwrap();
+}
+
+/// Holds the queue, as a parked batch holds its context (whose teardown tears the queue down).
+struct Owner(ReleaseQueue);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.teardown();
+    }
+}
+
+struct HoldsOwner {
+    _owner: Arc<Owner>,
+    log: Log,
+}
+
+impl Drop for HoldsOwner {
+    fn drop(&mut self) {
+        self.log.lock().push(9);
+    }
+}
+
+#[test]
+fn the_last_parked_holder_tears_the_queue_down_on_its_release_thread() {
+    let _serial = SERIAL.lock();
+    let owner = Arc::new(Owner(ReleaseQueue::new(std::ptr::null_mut())));
+    let log = Log::default();
+    let (f, later) = (flag(), flag());
+    let holder = HoldsOwner {
+        _owner: owner.clone(),
+        log: log.clone(),
+    };
+    park(&owner.0, &f, holder);
+    // Parked without a holder: left for the teardown, which waits for its fence.
+    park(&owner.0, &later, Item(3, log.clone()));
+    let watch = owner.0.watch();
+    drop(owner);
+    assert!(!watch.is_gone(), "the parked batch keeps the queue");
+    let setter = {
+        let later = later.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            later.store(true, Ordering::Release);
+        })
+    };
+    f.store(true, Ordering::Release);
+    eventually("the queue and its thread gone", || watch.is_gone());
+    assert_eq!(*log.lock(), [9, 3]);
+    setter.join().unwrap();
+}
+
+#[test]
+fn teardown_stops_the_thread_and_releases_everything() {
+    let _serial = SERIAL.lock();
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let log = Log::default();
+    let f = flag();
+    park(&q, &f, Item(0, log.clone()));
+    let setter = {
+        let f = f.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            f.store(true, Ordering::Release);
+        })
+    };
+    q.teardown();
+    assert_eq!(*log.lock(), [0]);
+    assert!(!q.shared.state.lock().running);
+    // Closed: a later park is released where it is made, once its fence has passed.
+    park(&q, &f, Item(1, log.clone()));
+    q.release_later(Box::new(Item(2, log.clone())));
+    assert_eq!(*log.lock(), [0, 1, 2]);
+    assert_eq!(q.parked(), 0);
+    setter.join().unwrap();
+}
+
+#[test]
+fn exit_stops_the_thread_and_releases_what_is_parked() {
+    let _serial = SERIAL.lock();
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let log = Log::default();
+    let (f, g) = (flag(), flag());
+    park(&q, &f, Item(0, log.clone()));
+    park(&q, &g, Item(1, log.clone()));
+    g.store(true, Ordering::Release);
+    f.store(true, Ordering::Release);
+    super::exit::close(&q.shared);
+    assert!(!q.shared.state.lock().running);
+    assert_eq!(q.parked(), 0);
+    let mut released = log.lock().clone();
+    released.sort();
+    assert_eq!(released, [0, 1]);
+    // Exit during a global capture: the thread stops, nothing is freed (the batch is leaked,
+    // not released later with the queue).
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let h = flag();
+    park(&q, &h, Item(2, log.clone()));
+    let capture = capture_lock();
+    h.store(true, Ordering::Release);
+    let start = Instant::now();
+    super::exit::close(&q.shared);
+    assert!(start.elapsed() < Duration::from_secs(2));
+    assert!(!q.shared.state.lock().running);
+    drop(capture);
+    drop(q);
+    assert!(!log.lock().contains(&2), "released during a capture");
+}
+
+#[test]
+fn exit_leaks_what_the_device_still_uses_past_its_patience() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let (done, never) = (flag(), flag());
+    done.store(true, Ordering::Release);
+    park(&q, &never, Item(0, log.clone()));
+    park(&q, &done, Item(1, log.clone()));
+    q.shared.close();
+    let start = Instant::now();
+    let deadline = start + Duration::from_millis(20);
+    q.shared
+        .release_everything(Duration::from_millis(100), Some(deadline));
+    assert!(start.elapsed() < Duration::from_secs(1), "the exit hung");
+    assert_eq!(q.parked(), 0);
+    drop(q);
+    // The batch still in use is leaked (never dropped), the other released.
+    assert_eq!(*log.lock(), [1]);
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn the_exit_hook_is_registered_again_once_a_library_was_loaded() {
+    use super::exit::{arm, armed_at, loaded_objects};
+    let _serial = SERIAL.lock();
+    let before = loaded_objects().expect("the loader counts the objects it loaded");
+    arm();
+    let armed = armed_at();
+    assert!(armed >= before);
+    arm();
+    assert_eq!(
+        armed_at(),
+        armed,
+        "registered again with nothing loaded since"
+    );
+    // A library the process has not loaded yet, where the system has one.
+    for name in [
+        "libanl.so.1",
+        "libutil.so.1",
+        "libresolv.so.2",
+        "libnsl.so.1",
+    ] {
+        // SAFETY: glibc's small libraries, whose initialisers have no preconditions.
+        let Ok(lib) = (unsafe { libloading::Library::new(name) }) else {
+            continue;
+        };
+        let now = loaded_objects().unwrap();
+        if now > armed {
+            arm();
+            assert_eq!(armed_at(), now, "not registered again after loading {name}");
+            drop(lib);
+            return;
+        }
+    }
+    eprintln!("every candidate library was loaded already: the re-registration is not exercised");
+}

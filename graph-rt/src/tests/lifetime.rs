@@ -1,0 +1,344 @@
+//! What drops park comes back without asking: released by the release thread once the device is
+//! done (no poll, no synchronize), by an allocation out of memory, and with the last handle of a
+//! context; the prelude's cubin loaded once per context. Each is meant to pass under
+//! compute-sanitizer's memcheck with its leak check too (run.sh runs every GPU test so).
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::chain::N;
+use super::{capturing_ctx, ctx, function};
+use crate::driver::{Allocation, ContextInner};
+use crate::{
+    ArgTable, CaptureMode, Context, DeviceBuffer, Function, GraphExec, LaunchConfig, Prelude,
+    Stream, TableOptions,
+};
+
+/// Under compute-sanitizer (run.sh sets GRAPH_RT_SANITIZER) launches are instrumented, nearly
+/// synchronous and much slower: shorter launches, longer waits, no claims about what still runs.
+fn sanitized() -> bool {
+    std::env::var_os("GRAPH_RT_SANITIZER").is_some()
+}
+
+/// How long the release thread may take, once the device is done, to release everything with
+/// no call of the test's.
+fn patience() -> Duration {
+    Duration::from_secs(if sanitized() { 60 } else { 2 })
+}
+
+/// Waits until `stream` is idle (`cuStreamQuery`, which releases nothing).
+fn until_idle(stream: &Stream) {
+    while !stream.is_idle().unwrap() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits up to [`patience`] for `done`, making no call that releases anything itself.
+fn eventually(done: impl Fn() -> bool) -> bool {
+    let deadline = Instant::now() + patience();
+    while !done() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
+}
+
+fn weak<T: bytemuck::Pod>(b: &DeviceBuffer<T>) -> Weak<Allocation> {
+    Arc::downgrade(b.allocation())
+}
+
+/// A launch that runs long: `axpy_f32` (grid-stride) over `n` floats by one warp, each step
+/// waiting for memory: about 0.1 s or more for 2^24 floats (2^16 under the sanitizer).
+struct Long {
+    f: Function,
+    n: usize,
+    x: DeviceBuffer<f32>,
+    y: DeviceBuffer<f32>,
+}
+
+impl Long {
+    fn new(ctx: &Context) -> Self {
+        let n = if sanitized() { 1 << 16 } else { 1 << 24 };
+        Self {
+            f: function(ctx, &graph_rt_kernels::AXPY, "axpy_f32"),
+            n,
+            x: DeviceBuffer::zeroed(ctx, n).unwrap(),
+            y: DeviceBuffer::zeroed(ctx, n).unwrap(),
+        }
+    }
+
+    /// Captures the long launch into an exec that also keeps `kept` alive.
+    fn exec(&mut self, stream: &Stream, kept: &[DeviceBuffer<u8>]) -> GraphExec {
+        let graph = stream
+            .capture(CaptureMode::Global, |s| {
+                // SAFETY: axpy over n floats of two distinct n-float buffers (grid-stride).
+                unsafe {
+                    s.launch(
+                        &self.f,
+                        &LaunchConfig::new(1u32, 32u32),
+                        (1.0f32, &self.x, &mut self.y, self.n as i32),
+                    )?
+                };
+                for b in kept {
+                    s.keep_alive(b.allocation().clone());
+                }
+                Ok(())
+            })
+            .unwrap();
+        graph.instantiate().unwrap()
+    }
+}
+
+/// `count` device buffers of `bytes` each, never read by a kernel (only kept by an exec).
+fn chunks(ctx: &Context, count: usize, bytes: usize) -> Vec<DeviceBuffer<u8>> {
+    (0..count)
+        .map(|_| DeviceBuffer::alloc(ctx, bytes).unwrap())
+        .collect()
+}
+
+/// An exec dropped while it runs (with the 256 MiB it keeps), a table dropped while its launches
+/// run (with the buffers bound to it, dropped after binding): everything comes back within
+/// [`patience`] with no poll or synchronize, and the device memory with it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn parked_memory_comes_back_without_poll_or_synchronize() {
+    // Exclusive: memory_info must see this test's memory only.
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut long = Long::new(&ctx);
+    const CHUNK: usize = 64 << 20;
+    let kept = chunks(&ctx, 4, CHUNK);
+    let mut watched: Vec<Weak<Allocation>> = kept.iter().map(weak).collect();
+    let exec = long.exec(&stream, &kept);
+
+    // A table whose graph runs the long launch, then add1 through two slots.
+    let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
+    let (sx, sy) = (
+        table.ptr_slot::<f32>().unwrap(),
+        table.ptr_slot::<f32>().unwrap(),
+    );
+    let add1 = function(&ctx, &graph_rt_kernels::CHAIN_TABLE, "add1");
+    let texec = {
+        let long = &mut long;
+        stream
+            .capture(CaptureMode::Global, |s| {
+                table.record_refresh(s)?;
+                let cfg = LaunchConfig::for_elements(N, 256);
+                // SAFETY: as in `Long::exec`; add1_table reads N floats through slot x and
+                // writes N through slot y, each bound to a distinct N-float buffer.
+                unsafe {
+                    s.launch(
+                        &long.f,
+                        &LaunchConfig::new(1u32, 32u32),
+                        (1.0f32, &long.x, &mut long.y, long.n as i32),
+                    )?;
+                    s.launch(&add1, &cfg, (&sx, &sy, N as i32))?;
+                }
+                Ok(())
+            })
+            .unwrap()
+            .instantiate()
+            .unwrap()
+    };
+    // Every buffer made (and written) before the first launch: a fill waits for the context.
+    let pairs: Vec<[DeviceBuffer<f32>; 2]> = (0..2)
+        .map(|_| [(); 2].map(|_| DeviceBuffer::zeroed(&ctx, N).unwrap()))
+        .collect();
+    watched.extend(pairs.iter().flatten().map(weak));
+    let (free_before, _) = ctx.memory_info().unwrap();
+
+    exec.launch(&stream).unwrap();
+    for [x, y] in pairs {
+        table.bind(&sx, &x).unwrap();
+        table.bind(&sy, &y).unwrap();
+        drop((x, y));
+        table.launch(&texec, &stream).unwrap();
+    }
+    drop((exec, kept, table, texec));
+    if !sanitized() {
+        assert!(
+            ctx.parked_batches() > 0 && !stream.is_idle().unwrap(),
+            "the launches ended before the drops: nothing was parked"
+        );
+    }
+    until_idle(&stream);
+    assert!(
+        eventually(|| ctx.parked_batches() == 0 && watched.iter().all(|w| w.strong_count() == 0)),
+        "still parked after {:?} without poll or synchronize: {} batches, {} of {} buffers",
+        patience(),
+        ctx.parked_batches(),
+        watched.iter().filter(|w| w.strong_count() > 0).count(),
+        watched.len()
+    );
+    let (free_after, _) = ctx.memory_info().unwrap();
+    eprintln!(
+        "lifetime: {} MiB free before the drops, {} MiB after the releases",
+        free_before >> 20,
+        free_after >> 20
+    );
+    // The 256 MiB the exec kept are free again, less what the driver keeps for itself (the
+    // sanitizer's own allocations blur this: its leak check says it there).
+    assert!(
+        sanitized() || free_after + (32 << 20) >= free_before + 4 * CHUNK,
+        "the parked memory did not come back"
+    );
+    drop(long);
+}
+
+/// A context whose every handle is dropped while its launch runs, with no synchronize: its
+/// release thread releases what was parked, which drops the context, whose teardown stops the
+/// thread.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_last_handle_of_a_context_releases_everything_and_stops_its_thread() {
+    let gpu = capturing_ctx();
+    // A context of its own (the same primary context, another graph-rt context).
+    let ctx = Context::new(0).unwrap();
+    let inner: Weak<ContextInner> = Arc::downgrade(&ctx.inner);
+    let queue = ctx.inner.released.watch();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut long = Long::new(&ctx);
+    let kept = chunks(&ctx, 2, 64 << 20);
+    let watched: Vec<Weak<Allocation>> = kept.iter().map(weak).collect();
+    let exec = long.exec(&stream, &kept);
+    exec.launch(&stream).unwrap();
+    drop((exec, kept, long, stream, ctx));
+    if !sanitized() {
+        assert!(
+            inner.strong_count() > 0,
+            "the context went before its launch ended"
+        );
+    }
+    // Waits for the device through the test's own graph-rt context (the same primary context):
+    // this releases what that one parked, nothing of the context under test.
+    gpu.synchronize().unwrap();
+    assert!(
+        eventually(|| inner.strong_count() == 0 && queue.is_gone()),
+        "after {:?}: context {}, release thread {}",
+        patience(),
+        if inner.strong_count() > 0 {
+            "alive"
+        } else {
+            "gone"
+        },
+        if queue.is_gone() {
+            "stopped"
+        } else {
+            "running"
+        }
+    );
+    assert!(watched.iter().all(|w| w.strong_count() == 0));
+    drop(gpu);
+}
+
+/// Buffers dropped while a long launch keeps them (parked behind its fence), then an allocation
+/// that fits only once they are released: it succeeds, through the release thread waiting for
+/// the fence. Under the sanitizer the device is shared with the other sanitized tests run beside
+/// this one, so it is not filled: the reclaim that the out-of-memory path runs is called
+/// directly on a few parked buffers instead.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn an_allocation_out_of_memory_releases_what_is_parked_and_retries() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let mut long = Long::new(&ctx);
+    if sanitized() {
+        let kept = chunks(&ctx, 4, 64 << 20);
+        let watched: Vec<Weak<Allocation>> = kept.iter().map(weak).collect();
+        let exec = long.exec(&stream, &kept);
+        exec.launch(&stream).unwrap();
+        drop((exec, kept));
+        // What the allocation does once out of memory (here the release thread may already
+        // have released everything: then there is nothing to reclaim).
+        ctx.inner.released.reclaim();
+        assert_eq!(ctx.parked_batches(), 0, "a reclaim left batches parked");
+        assert!(watched.iter().all(|w| w.strong_count() == 0));
+        return;
+    }
+    // Fill the device up to SPARE (for the driver's own needs: the exec, events), in chunks.
+    const SPARE: usize = 512 << 20;
+    const WANT: usize = 2 << 30;
+    let mut kept = Vec::new();
+    loop {
+        let (left, _) = ctx.memory_info().unwrap();
+        if left < SPARE + (64 << 20) {
+            break;
+        }
+        match DeviceBuffer::<u8>::alloc(&ctx, (left - SPARE).min(4 << 30)) {
+            Ok(b) => kept.push(b),
+            Err(_) => break,
+        }
+    }
+    let (left, total) = ctx.memory_info().unwrap();
+    assert!(
+        left < WANT,
+        "could not fill the device: {} MiB of {} left",
+        left >> 20,
+        total >> 20
+    );
+    let watched: Vec<Weak<Allocation>> = kept.iter().map(weak).collect();
+    let exec = long.exec(&stream, &kept);
+    exec.launch(&stream).unwrap();
+    drop((exec, kept));
+    let reclaims = ctx.inner.released.reclaims();
+    // While the launch runs its fence holds every chunk: the allocation must run out of memory.
+    let running = !stream.is_idle().unwrap();
+    let start = Instant::now();
+    let big = DeviceBuffer::<u8>::alloc(&ctx, WANT);
+    let took = start.elapsed();
+    let big =
+        big.unwrap_or_else(|e| panic!("{} MiB not allocated after the reclaim: {e}", WANT >> 20));
+    eprintln!(
+        "lifetime: {} MiB allocated in {took:?} after releasing {} parked chunks (launch running: {running})",
+        WANT >> 20,
+        watched.len()
+    );
+    assert!(
+        running,
+        "the launch ended before the allocation: nothing was tested"
+    );
+    assert!(
+        ctx.inner.released.reclaims() > reclaims,
+        "the allocation did not go through a reclaim"
+    );
+    assert!(watched.iter().all(|w| w.strong_count() == 0));
+    drop(big);
+}
+
+/// `Prelude::install` (and `device_support`) load the prelude's cubin once per context.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_prelude_cubin_loads_once_per_context() {
+    let ctx = ctx();
+    if let Err(why) = Prelude::device_support(&ctx) {
+        eprintln!("lifetime: no prelude on this GPU ({why}): nothing to cache");
+        return;
+    }
+    for _ in 0..3 {
+        Prelude::device_support(&ctx).unwrap();
+    }
+    assert_eq!(ctx.cached_modules(), 1);
+    let (major, minor) = ctx.device().compute_capability().unwrap();
+    let image = graph_rt_kernels::PRELUDE
+        .for_compute_capability(major as u32, minor as u32)
+        .unwrap();
+    // SAFETY: the shipped cubin, the one `Prelude` loads under this key.
+    let (a, b) = unsafe {
+        (
+            ctx.cached_cubin("graph_rt_kernels::PRELUDE", image)
+                .unwrap(),
+            ctx.cached_cubin("graph_rt_kernels::PRELUDE", image)
+                .unwrap(),
+        )
+    };
+    assert_eq!(a.as_raw(), b.as_raw());
+    // Another context has its own, unloaded with it.
+    let other = Context::new(0).unwrap();
+    assert_eq!(other.cached_modules(), 0);
+    Prelude::device_support(&other).unwrap();
+    assert_eq!(other.cached_modules(), 1);
+    drop(other);
+    ctx.bind().unwrap();
+}
