@@ -57,7 +57,7 @@ impl<R> Keeps<R> {
     /// Makes `key` (an allocation's identity, or [`NOTHING`]; `make` gives its reference) slot
     /// `i`'s current binding when `seq` launches have been made; returns the binding evicted,
     /// with the launch count up to which launches may read it.
-    #[inline]
+    #[cfg(test)]
     pub(super) fn hold(
         &mut self,
         i: usize,
@@ -65,13 +65,31 @@ impl<R> Keeps<R> {
         make: impl FnOnce() -> Option<R>,
         seq: u64,
     ) -> Option<(u64, R)> {
+        let at = self.position(i, key);
+        self.hold_at(i, key, at, make, seq)
+    }
+
+    /// Where slot `i` remembers `key` (0: current), if it does.
+    #[inline]
+    pub(super) fn position(&self, i: usize, key: usize) -> Option<usize> {
+        self.keys[i].iter().position(|&r| r != 0 && r & !PLACE == key)
+    }
+
+    /// [`Keeps::hold`] with `at`, what [`Keeps::position`] gave for `key` and slot `i`.
+    #[inline]
+    pub(super) fn hold_at(
+        &mut self,
+        i: usize,
+        key: usize,
+        at: Option<usize>,
+        make: impl FnOnce() -> Option<R>,
+        seq: u64,
+    ) -> Option<(u64, R)> {
         debug_assert!(key != 0 && key & PLACE == 0);
+        debug_assert_eq!(at, self.position(i, key));
         let k = &mut self.keys[i];
-        if k[0] & !PLACE == key {
-            return None;
-        }
         // Remembered: it moves to the front, the ones before it move back.
-        if let Some(j) = (1..PLACES).find(|&j| k[j] & !PLACE == key) {
+        if let Some(j) = at {
             k[..=j].rotate_right(1);
             return None;
         }
@@ -93,9 +111,9 @@ impl<R> Keeps<R> {
 
     /// Whether allocation `key` is one slot `i` remembers (then it was checked when first
     /// bound).
-    #[inline]
+    #[cfg(test)]
     pub(super) fn holds(&self, i: usize, key: usize) -> bool {
-        self.keys[i].iter().any(|&r| r != 0 && r & !PLACE == key)
+        self.position(i, key).is_some()
     }
 
     /// Gives up slot `i`'s earlier bindings when `seq` launches have been made, handing each to

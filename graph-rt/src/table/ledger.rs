@@ -58,14 +58,15 @@ impl Marks {
             .sum()
     }
 
-    /// Calls `f` with every marked word's index.
+    /// Calls `f` with every block of eight words holding a marked word.
     #[inline]
-    fn each(&self, mut f: impl FnMut(usize)) {
+    fn each_block(&self, mut f: impl FnMut(usize)) {
         for &w in &self.touched {
-            let mut b = self.bits[w as usize];
-            while b != 0 {
-                f(((w as usize) << 6) | b.trailing_zeros() as usize);
-                b &= b - 1;
+            let bits = self.bits[w as usize];
+            for byte in 0..8 {
+                if (bits >> (8 * byte)) & 0xff != 0 {
+                    f(((w as usize) << 3) | byte);
+                }
             }
         }
     }
@@ -102,9 +103,6 @@ pub(super) struct Ledger<R> {
     pub(super) binds: u64,
 }
 
-/// Below one word in this many changed, staging writes the changed words; above, the whole
-/// mirror in order.
-const BULK_FRACTION: usize = 8;
 
 impl<R> Ledger<R> {
     pub(super) fn new(depth: usize) -> Self {
@@ -146,6 +144,20 @@ impl<R> Ledger<R> {
     /// alive while a launch may read it (see [`Keeps::hold`]).
     #[inline]
     pub(super) fn set(&mut self, i: usize, word: u64, key: usize, make: impl FnOnce() -> Option<R>) {
+        let at = self.keeps.position(i, key);
+        self.set_at(i, word, key, at, make)
+    }
+
+    /// [`Ledger::set`] with `at`, where slot `i` remembers `key` ([`Keeps::position`]).
+    #[inline]
+    pub(super) fn set_at(
+        &mut self,
+        i: usize,
+        word: u64,
+        key: usize,
+        at: Option<usize>,
+        make: impl FnOnce() -> Option<R>,
+    ) {
         let old = std::mem::replace(&mut self.words[i], word);
         if old != word {
             self.current.mark(i);
@@ -153,7 +165,7 @@ impl<R> Ledger<R> {
         if !self.keeps.is_bound(i) {
             self.unbound -= 1;
         }
-        if let Some(evicted) = self.keeps.hold(i, key, make, self.next_seq) {
+        if let Some(evicted) = self.keeps.hold_at(i, key, at, make, self.next_seq) {
             // Evicted at the launch count now: `replaced` stays in launch-count order.
             self.replaced.push(evicted);
         }
@@ -169,30 +181,22 @@ impl<R> Ledger<R> {
     }
 
     /// Writes into `mirror` (the next launch's, which the device no longer reads: its previous
-    /// launch acknowledged it) the words it lacks: all of them the first time, then those
-    /// changed since its previous launch was staged. Returns how many words it wrote.
+    /// launch acknowledged it; at least as long as the table, in whole blocks of eight words)
+    /// the words it lacks: all of them the first time, then those changed since its previous
+    /// launch was staged. Returns how many words changed.
     ///
-    /// Every word is one 8-byte store, in index order when the whole mirror is written: mapped
-    /// host memory may be write-combined or uncached (as in some virtual machines), where a
-    /// `memcpy` (`rep movsb`) degrades to byte stores — 8 KiB then cost over 10 µs.
+    /// Writes go a 64-byte block (eight words, one cache line) at a time, each block in as few
+    /// stores as the CPU allows (see [`store_block`]): mapped host memory may be uncached or
+    /// write-combined (as in some virtual machines), where each store is a trip to memory and a
+    /// `memcpy` (`rep movsb`) can degrade to byte stores.
     pub(super) fn stage(&mut self, mirror: &mut [u64]) -> usize {
-        debug_assert_eq!(mirror.len(), self.words.len());
-        #[inline]
-        fn store(mirror: &mut [u64], i: usize, word: u64) {
-            let slot: *mut u64 = &mut mirror[i];
-            // SAFETY: a valid, aligned, exclusively borrowed word; volatile keeps it one 8-byte
-            // store (no merging into a memcpy).
-            unsafe { std::ptr::write_volatile(slot, word) }
-        }
-        let all = |mirror: &mut [u64], words: &[u64]| {
-            for (i, &w) in words.iter().enumerate() {
-                store(mirror, i, w);
-            }
-        };
+        let n = self.words.len();
         let (m, previous) = self.next_mirror();
         let written = if previous.is_none() {
-            all(mirror, &self.words);
-            self.words.len()
+            for b in 0..n.div_ceil(8) {
+                store_block(mirror, &self.words, b);
+            }
+            n
         } else {
             // The launches since this mirror's last one: their marks, and the current ones.
             self.union.clear();
@@ -201,14 +205,9 @@ impl<R> Ledger<R> {
                 self.union.union(&self.history[h]);
             }
             self.union.union(&self.current);
-            let n = self.union.count();
-            if n * BULK_FRACTION >= self.words.len() {
-                all(mirror, &self.words);
-            } else {
-                let words = &self.words;
-                self.union.each(|i| store(mirror, i, words[i]));
-            }
-            n
+            let words = &self.words;
+            self.union.each_block(|b| store_block(mirror, words, b));
+            self.union.count()
         };
         // This launch's marks become the mirror's; its older ones are cleared for reuse.
         std::mem::swap(&mut self.history[m], &mut self.current);
@@ -257,6 +256,74 @@ impl<R> Ledger<R> {
         let replaced = &mut self.replaced;
         for i in 0..self.keeps.len() {
             self.keeps.drop_previous(i, self.next_seq, |e| replaced.push(e));
+        }
+    }
+}
+
+/// Writes block `b` of `words` (words `8b..8b + 8`, fewer at the end) into `mirror`: a whole
+/// block in two 32-byte stores where the CPU has AVX, else four 16-byte stores; the end of the
+/// table word by word.
+#[inline]
+fn store_block(mirror: &mut [u64], words: &[u64], b: usize) {
+    let start = 8 * b;
+    let end = words.len().min(start + 8);
+    let (src, dst) = (&words[start..end], &mut mirror[start..end]);
+    if end - start == 8 {
+        if let (Ok(src), Ok(dst)) = (<&[u64; 8]>::try_from(src), <&mut [u64; 8]>::try_from(dst)) {
+            wide::store(dst, src);
+        }
+    } else {
+        for (d, &w) in dst.iter_mut().zip(src) {
+            // SAFETY: a valid, aligned, exclusively borrowed word; volatile keeps it one
+            // 8-byte store.
+            unsafe { std::ptr::write_volatile(d, w) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod wide {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm256_loadu_si256, _mm256_storeu_si256, _mm_loadu_si128,
+        _mm_storeu_si128,
+    };
+
+    /// One block of eight words in the widest stores the CPU has.
+    #[inline]
+    pub(super) fn store(dst: &mut [u64; 8], src: &[u64; 8]) {
+        if std::arch::is_x86_feature_detected!("avx") {
+            // SAFETY: the CPU has AVX (checked above).
+            unsafe { store_avx(dst, src) }
+        } else {
+            let (d, s) = (dst.as_mut_ptr().cast::<__m128i>(), src.as_ptr().cast::<__m128i>());
+            for k in 0..4 {
+                // SAFETY: SSE2 is part of x86-64; both blocks are 64 bytes, so `k < 4` 16-byte
+                // parts are in bounds (unaligned access intrinsics).
+                unsafe { _mm_storeu_si128(d.add(k), _mm_loadu_si128(s.add(k))) };
+            }
+        }
+    }
+
+    #[target_feature(enable = "avx")]
+    unsafe fn store_avx(dst: &mut [u64; 8], src: &[u64; 8]) {
+        let (d, s) = (dst.as_mut_ptr().cast::<__m256i>(), src.as_ptr().cast::<__m256i>());
+        // SAFETY: both blocks are 64 bytes: two 32-byte halves each (unaligned intrinsics); the
+        // caller checked AVX.
+        unsafe {
+            _mm256_storeu_si256(d, _mm256_loadu_si256(s));
+            _mm256_storeu_si256(d.add(1), _mm256_loadu_si256(s.add(1)));
+        }
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+mod wide {
+    /// One block of eight words, word by word.
+    #[inline]
+    pub(super) fn store(dst: &mut [u64; 8], src: &[u64; 8]) {
+        for (d, &w) in dst.iter_mut().zip(src) {
+            // SAFETY: a valid, aligned, exclusively borrowed word.
+            unsafe { std::ptr::write_volatile(d, w) };
         }
     }
 }

@@ -73,6 +73,12 @@ pub(crate) struct Shared {
     pub(crate) refresh: Function,
 }
 
+/// `words` rounded up to whole 64-byte blocks of eight words.
+#[inline]
+pub(super) fn padded(words: usize) -> usize {
+    words.div_ceil(8) * 8
+}
+
 /// An allocation's identity: the address of its shared state (never 0).
 #[inline]
 fn key_of(alloc: &Arc<Allocation>) -> usize {
@@ -174,20 +180,23 @@ impl ArgTable {
     /// `ctx`. Loads the shipped `table_refresh` kernel.
     pub fn new(ctx: &Context, options: TableOptions) -> Result<Self> {
         const CALL: &str = "ArgTable::new";
-        if options.capacity == 0 || options.capacity > u32::MAX as usize || options.depth == 0 {
+        if options.capacity == 0 || options.capacity > (u32::MAX - 7) as usize || options.depth == 0
+        {
             return Err(Error::invalid(
                 CALL,
-                "capacity and depth must be at least 1 (capacity below 2^32)",
+                "capacity and depth must be at least 1 (capacity below 2^32 - 7)",
             ));
         }
+        // Mirrors and the device table in whole 64-byte blocks: a mirror is written a block at a
+        // time, each block one cache line.
+        let padded = padded(options.capacity);
         let refresh =
             Module::from_ptx(ctx, graph_rt_kernels::TABLE.ptx)?.function("table_refresh")?;
-        let mirror_words = options
-            .capacity
+        let mirror_words = padded
             .checked_mul(options.depth)
             .ok_or_else(|| Error::invalid(CALL, "capacity × depth overflows"))?;
         let shared = Shared {
-            table: DeviceBuffer::zeroed(ctx, options.capacity)?,
+            table: DeviceBuffer::zeroed(ctx, padded)?,
             seq: DeviceBuffer::zeroed(ctx, 2)?,
             mirrors: MappedHostBuffer::zeroed(ctx, mirror_words)?,
             acks: MappedHostBuffer::zeroed(ctx, options.depth)?,
@@ -308,24 +317,26 @@ impl ArgTable {
         self.ledger.set(index, word, key, || keep.cloned());
     }
 
-    /// Checks that `alloc` (identity `key`) is of this table's context, unless slot `index`
-    /// holds it already (checked then).
+    /// Binds slot `index` to `word` in `alloc` (identity `key`) after checking that `alloc` is
+    /// of this table's context, unless the slot remembers it (checked when first bound).
     #[inline]
-    fn check_context(
-        &self,
+    fn set_checked(
+        &mut self,
         index: usize,
+        word: u64,
         key: usize,
-        alloc: &Allocation,
+        alloc: &Arc<Allocation>,
         call: &'static str,
     ) -> Result<()> {
-        if self.ledger.keeps.holds(index, key) || alloc.in_context(&self.ctx) {
-            Ok(())
-        } else {
-            Err(Error::invalid(
+        let at = self.ledger.keeps.position(index, key);
+        if at.is_none() && !alloc.in_context(&self.ctx) {
+            return Err(Error::invalid(
                 call,
                 "the buffer belongs to another context",
-            ))
+            ));
         }
+        self.ledger.set_at(index, word, key, at, || Some(alloc.clone()));
+        Ok(())
     }
 
     /// Checks a binding of `slot` to `len` elements at `addr`.
@@ -362,9 +373,7 @@ impl ArgTable {
         self.check_ptr(slot, buffer.as_raw(), buffer.len())?;
         let alloc = buffer.allocation();
         let key = key_of(alloc);
-        self.check_context(slot.index as usize, key, alloc, "ArgTable::bind")?;
-        self.set(slot.index as usize, buffer.as_raw(), key, Some(alloc));
-        Ok(())
+        self.set_checked(slot.index as usize, buffer.as_raw(), key, alloc, "ArgTable::bind")
     }
 
     /// Binds `slot` to the elements of `view` (see [`ArgTable::bind`]).
@@ -372,9 +381,7 @@ impl ArgTable {
         self.check_ptr(slot, view.as_raw(), view.len())?;
         let alloc = view.allocation();
         let key = key_of(alloc);
-        self.check_context(slot.index as usize, key, alloc, "ArgTable::bind_view")?;
-        self.set(slot.index as usize, view.as_raw(), key, Some(alloc));
-        Ok(())
+        self.set_checked(slot.index as usize, view.as_raw(), key, alloc, "ArgTable::bind_view")
     }
 
     /// Binds `slot` to a raw device address (alignment checked; nothing kept alive).
@@ -430,7 +437,8 @@ impl ArgTable {
         (
             s.mirrors.device_ptr(),
             s.table.as_raw(),
-            self.ledger.words.len() as u32,
+            // The mirror stride and the words copied: whole blocks (the padding is zeros).
+            padded(self.ledger.words.len()) as u32,
             self.ledger.depth() as u32,
             s.seq.as_raw(),
             s.acks.device_ptr(),
@@ -531,11 +539,11 @@ impl ArgTable {
         }
         // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
         // slots are fixed once a refresh exists).
-        let n = self.ledger.words.len();
+        let n = padded(self.ledger.words.len());
         let base = mirror * n;
         debug_assert!(base + n <= self.shared.mirrors.len());
-        // SAFETY: words `base..base + n` are inside the mirrors (capacity × depth words, n ≤
-        // capacity), and the device neither reads nor writes this mirror now: its previous launch
+        // SAFETY: words `base..base + n` are inside the mirrors (padded capacity × depth words,
+        // n ≤ padded capacity), and the device neither reads nor writes this mirror now: its previous launch
         // has acknowledged reading it (above), and the next reads it only after the launch
         // below; no other reference to it exists while the slice lives.
         let words = unsafe {
