@@ -6,8 +6,9 @@
 //! and the table + PDL exec launched with no binding in between. Wall µs per iteration, and GPU
 //! µs of one replay between events. Then the host µs of binding K slots + launching (no
 //! synchronization in the timed part) against the same launch with no binding, for chains of
-//! N ∈ {1, 10, 100, 200, 1000} nodes (K = N + 1 slots): every slot bound safely (two sets, and
-//! three rotating), with raw addresses, and a random tenth of the slots. Criterion measures the N = 200 cases
+//! N ∈ {1, 10, 100, 200, 1000} nodes (K = N + 1 slots): every slot bound safely (two sets, three
+//! and five rotating), with raw addresses, and a tenth of the slots (random, and the same each
+//! launch); then the cost of writing 8 KiB into mapped host memory by store width. Criterion measures the N = 200 cases
 //! too; the tables printed last are medians of interleaved rounds.
 //!
 //! ```text
@@ -304,12 +305,13 @@ fn chains(c: &mut Criterion, ctx: &Context, stream: &Stream) -> Vec<Row> {
 
 /// Host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launching, against
 /// the launch alone, for N ∈ {1, 10, 100, 200, 1000} (anchor4's N = 10, 200, 1000 among them).
-/// Variants: every slot bound, alternating two buffer sets (double buffering: a slot rebound to
-/// the buffer it held before costs no reference counting), safe and raw; a random tenth of the
-/// slots bound (two sets); and, on its own table, every slot bound rotating three sets (every
-/// binding new to its slot). For comparison: a plain graph of the same N nodes launched (the
-/// launch graph-rt adds its checks to), and the stream's capture-status query that every table
-/// launch makes.
+/// Variants, each on a table of its own: every slot bound alternating two buffer sets, safe and
+/// raw; every slot bound rotating three sets (a slot remembers four bindings: no reference
+/// counting) and five (every binding new to its slot); a random tenth of the slots bound each
+/// launch, and the same tenth (every tenth slot) each launch (two sets). For comparison: a plain
+/// graph of the same N nodes launched through graph-rt and through the raw `cuGraphLaunch`
+/// (instantiated plainly and with upload), and the stream's capture-status query that every
+/// table launch makes.
 fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, f64)>)> {
     let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
     let pdl = load(ctx, graph_rt::kernels::CHAIN_PDL.ptx, "add1");
@@ -338,8 +340,15 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
         // Each variant on a table of its own: a launch writes into its mirror what was bound
         // since that mirror's last launch, so a table shared with binding variants would make
         // the launch alone carry their words.
-        let (still, two, raw, three, tenth, five) =
-            (chain(0), chain(1), chain(2), chain(3), chain(4), chain(5));
+        let (still, two, raw, three, tenth, five, same_tenth) = (
+            chain(0),
+            chain(1),
+            chain(2),
+            chain(3),
+            chain(4),
+            chain(5),
+            chain(6),
+        );
         let plain = static_chain(stream, &pdl, true, &sets[0]);
         let uploaded = capture_chain(stream, &pdl, true, &sets[0])
             .instantiate_with(&graph_rt::InstantiateOptions {
@@ -368,7 +377,7 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
             stream.synchronize().expect("sync");
             us
         };
-        let (mut i, mut j, mut l, mut m, mut f) = (0usize, 0usize, 0usize, 0usize, 0usize);
+        let (mut i, mut j, mut l, mut m, mut f, mut g) = (0, 0, 0, 0, 0, 0usize);
         let variants: Vec<common::Variant> = vec![
             (
                 "launch, no bind",
@@ -414,6 +423,21 @@ fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, 
                     host(&mut || {
                         let mut c = five.borrow_mut();
                         c.bind_all(&sets[f % 5]);
+                        c.launch(stream)
+                    })
+                }),
+            ),
+            (
+                "bind the same K/10 + launch",
+                Box::new(|| {
+                    g += 1;
+                    let set = &sets[g % 2];
+                    host(&mut || {
+                        let mut c = same_tenth.borrow_mut();
+                        let TableChain { table, slots, .. } = &mut *c;
+                        for s in (0..k).step_by(10) {
+                            table.bind(&slots[s], &set[s]).expect("bind");
+                        }
                         c.launch(stream)
                     })
                 }),
@@ -585,6 +609,71 @@ fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64, f64)> {
         .collect()
 }
 
+/// Host ns of writing 1,024 words (8 KiB) into mapped host memory (what a table's mirror is), by
+/// store width, against the same into ordinary memory: how much a mirror write costs where
+/// mapped memory is uncached or write-combined.
+fn mirror_writes(ctx: &Context) -> Vec<(&'static str, f64)> {
+    const WORDS: usize = 1024;
+    let mapped = graph_rt::MappedHostBuffer::<u64>::zeroed(ctx, WORDS).expect("mapped");
+    let mut plain = vec![0u64; WORDS];
+    let src: Vec<u64> = (0..WORDS as u64).collect();
+    let time = |f: &mut dyn FnMut()| {
+        let t = Instant::now();
+        for _ in 0..100 {
+            f();
+        }
+        t.elapsed().as_secs_f64() * 1e9 / 100.0
+    };
+    let dst = mapped.as_ptr();
+    let variants: Vec<common::Variant> = vec![
+        (
+            "mapped, 8-byte volatile stores",
+            Box::new(|| {
+                time(&mut || {
+                    for (i, &w) in src.iter().enumerate() {
+                        // SAFETY: in bounds; nothing else accesses the buffer.
+                        unsafe { dst.add(i).write_volatile(w) };
+                    }
+                }) / 1e3
+            }),
+        ),
+        (
+            "mapped, memcpy",
+            Box::new(|| {
+                // SAFETY: in bounds; nothing else accesses the buffer.
+                time(&mut || unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, WORDS) })
+                    / 1e3
+            }),
+        ),
+        (
+            "mapped, 16-byte stores",
+            Box::new(|| {
+                time(&mut || {
+                    for i in (0..WORDS).step_by(2) {
+                        // SAFETY: in bounds; nothing else accesses the buffer; u128 stores of
+                        // 8-aligned memory through unaligned writes.
+                        unsafe {
+                            let v = src.as_ptr().add(i).cast::<u128>().read_unaligned();
+                            std::ptr::write_volatile(
+                                dst.add(i).cast::<[u64; 2]>(),
+                                std::mem::transmute::<u128, [u64; 2]>(v),
+                            );
+                        }
+                    }
+                }) / 1e3
+            }),
+        ),
+        (
+            "ordinary memory, memcpy",
+            Box::new(|| time(&mut || plain.copy_from_slice(&src)) / 1e3),
+        ),
+    ];
+    common::interleave(200, variants)
+        .into_iter()
+        .map(|(n, us)| (n, us * 1e3))
+        .collect()
+}
+
 fn main() {
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
@@ -608,6 +697,7 @@ fn main() {
     let rows = chains(&mut c, &ctx, &stream);
     let host = host_costs(&ctx, &stream);
     let big = big_inputs(&ctx, &stream);
+    let writes = mirror_writes(&ctx);
     c.final_summary();
     println!("\ntable: argument table, chains of N add1, wall µs per synchronized iteration (median of interleaved rounds)");
     for r in &rows {
@@ -651,19 +741,33 @@ fn main() {
         let get = |name: &str| v.iter().find(|(x, _)| *x == name).map_or(f64::NAN, |x| x.1);
         let cells: Vec<String> = v.iter().map(|(name, t)| format!("{name} {t:.2}")).collect();
         let base = get("launch, no bind");
-        let (all, tenth) = (get("bind K + launch") - base, get("bind K/10 + launch") - base);
+        let (all, tenth) = (
+            get("bind K + launch") - base,
+            get("bind K/10 + launch") - base,
+        );
+        let same = get("bind the same K/10 + launch") - base;
         println!("table: N={n:<5} {}", cells.join(" · "));
         println!(
-            "table: N={n:<5} above launch alone: bind K {:+.2} µs, raw {:+.2} µs, 3 sets {:+.2} µs, 5 sets (every binding new to its slot) {:+.2} µs, K/10 {:+.2} µs (K/10 ÷ K {:.3}) · launch alone ÷ plain graph launch {:.3}",
+            "table: N={n:<5} above launch alone: bind K {:+.2} µs, raw {:+.2} µs, 3 sets {:+.2} µs, 5 sets (every binding new to its slot) {:+.2} µs, a random K/10 {:+.2} µs (÷ K {:.3}), the same K/10 {:+.2} µs (÷ K {:.3}) · launch alone ÷ plain graph launch {:.3}",
             all,
             get("bind K raw + launch") - base,
             get("bind K (3 sets) + launch") - base,
             get("bind K (5 sets) + launch") - base,
             tenth,
             tenth / all,
+            same,
+            same / all,
             base / get("plain graph launch"),
         );
     }
+    let cells: Vec<String> = writes
+        .iter()
+        .map(|(n, ns)| format!("{n} {ns:.0} ns"))
+        .collect();
+    println!(
+        "\ntable: writing 8 KiB (1,024 words): {}",
+        cells.join(" · ")
+    );
     println!("\ntable: a graph reading 16 KiB of a large input, only the input moving; wall µs per synchronized step");
     let (one_mib, one_mib_gpu) = big.first().map_or((f64::NAN, f64::NAN), |r| (r.2, r.3));
     for (mib, copy, table, gpu) in &big {
