@@ -72,7 +72,9 @@ impl<R> Keeps<R> {
     /// Where slot `i` remembers `key` (0: current), if it does.
     #[inline]
     pub(super) fn position(&self, i: usize, key: usize) -> Option<usize> {
-        self.keys[i].iter().position(|&r| r != 0 && r & !PLACE == key)
+        self.keys[i]
+            .iter()
+            .position(|&r| r != 0 && r & !PLACE == key)
     }
 
     /// [`Keeps::hold`] with `at`, what [`Keeps::position`] gave for `key` and slot `i`.
@@ -90,7 +92,7 @@ impl<R> Keeps<R> {
         let k = &mut self.keys[i];
         // Remembered: it moves to the front, the ones before it move back.
         if let Some(j) = at {
-            k[..=j].rotate_right(1);
+            front(k, j);
             return None;
         }
         // New to the slot: it takes the least recent one's place, or a free one.
@@ -104,7 +106,7 @@ impl<R> Keeps<R> {
             }
             used.iter().position(|u| !u).unwrap_or(0)
         };
-        k.rotate_right(1);
+        front(k, PLACES - 1);
         k[0] = key | place;
         std::mem::replace(&mut self.held[i][place], make()).map(|r| (seq, r))
     }
@@ -133,6 +135,19 @@ impl<R> Keeps<R> {
     pub(super) fn len(&self) -> usize {
         self.keys.len()
     }
+}
+
+/// Moves `k[j]` to the front, shifting `k[..j]` back by one (a slice rotation is a call into a
+/// general algorithm; this is a few moves).
+#[inline(always)]
+fn front(k: &mut [usize; PLACES], j: usize) {
+    let v = k[j];
+    let mut t = j;
+    while t > 0 {
+        k[t] = k[t - 1];
+        t -= 1;
+    }
+    k[0] = v;
 }
 
 #[cfg(test)]
@@ -185,7 +200,9 @@ mod tests {
         for sets in 2..=4 {
             for seq in 0..20 {
                 let (id, _) = rs[seq % sets];
-                assert!(k.hold(0, id, || panic!("no new reference"), seq as u64).is_none());
+                assert!(k
+                    .hold(0, id, || panic!("no new reference"), seq as u64)
+                    .is_none());
             }
         }
         for (_, r) in &rs {
@@ -212,7 +229,9 @@ mod tests {
         // A raw address evicts the least recent one too.
         assert!(k.hold(0, NOTHING, || None, 6).is_some());
         assert_eq!(ids(&k)[0], NOTHING);
-        assert!(k.hold(0, NOTHING, || panic!("nothing to keep"), 7).is_none());
+        assert!(k
+            .hold(0, NOTHING, || panic!("nothing to keep"), 7)
+            .is_none());
         let refs: Vec<(usize, &Resource)> = rs.iter().map(|(id, r)| (*id, r)).collect();
         consistent(&k, &refs);
         let mut dropped = Vec::new();

@@ -103,7 +103,6 @@ pub(super) struct Ledger<R> {
     pub(super) binds: u64,
 }
 
-
 impl<R> Ledger<R> {
     pub(super) fn new(depth: usize) -> Self {
         Self {
@@ -143,7 +142,13 @@ impl<R> Ledger<R> {
     /// Makes `word` slot `i`'s binding for the next launch, keeping `make()` (identity `key`)
     /// alive while a launch may read it (see [`Keeps::hold`]).
     #[inline]
-    pub(super) fn set(&mut self, i: usize, word: u64, key: usize, make: impl FnOnce() -> Option<R>) {
+    pub(super) fn set(
+        &mut self,
+        i: usize,
+        word: u64,
+        key: usize,
+        make: impl FnOnce() -> Option<R>,
+    ) {
         let at = self.keeps.position(i, key);
         self.set_at(i, word, key, at, make)
     }
@@ -234,7 +239,8 @@ impl<R> Ledger<R> {
     /// How many of the replaced bindings (a prefix) no launch may read any more.
     pub(super) fn releasable(&self) -> usize {
         // Replaced at launch count `seq`: read by launches below `seq` only.
-        self.replaced.partition_point(|(seq, _)| *seq <= self.finished)
+        self.replaced
+            .partition_point(|(seq, _)| *seq <= self.finished)
     }
 
     /// Takes the replaced bindings no launch may read any more (O(released)).
@@ -255,7 +261,8 @@ impl<R> Ledger<R> {
     pub(super) fn drop_previous(&mut self) {
         let replaced = &mut self.replaced;
         for i in 0..self.keeps.len() {
-            self.keeps.drop_previous(i, self.next_seq, |e| replaced.push(e));
+            self.keeps
+                .drop_previous(i, self.next_seq, |e| replaced.push(e));
         }
     }
 }
@@ -295,7 +302,10 @@ mod wide {
             // SAFETY: the CPU has AVX (checked above).
             unsafe { store_avx(dst, src) }
         } else {
-            let (d, s) = (dst.as_mut_ptr().cast::<__m128i>(), src.as_ptr().cast::<__m128i>());
+            let (d, s) = (
+                dst.as_mut_ptr().cast::<__m128i>(),
+                src.as_ptr().cast::<__m128i>(),
+            );
             for k in 0..4 {
                 // SAFETY: SSE2 is part of x86-64; both blocks are 64 bytes, so `k < 4` 16-byte
                 // parts are in bounds (unaligned access intrinsics).
@@ -306,7 +316,10 @@ mod wide {
 
     #[target_feature(enable = "avx")]
     unsafe fn store_avx(dst: &mut [u64; 8], src: &[u64; 8]) {
-        let (d, s) = (dst.as_mut_ptr().cast::<__m256i>(), src.as_ptr().cast::<__m256i>());
+        let (d, s) = (
+            dst.as_mut_ptr().cast::<__m256i>(),
+            src.as_ptr().cast::<__m256i>(),
+        );
         // SAFETY: both blocks are 64 bytes: two 32-byte halves each (unaligned intrinsics); the
         // caller checked AVX.
         unsafe {

@@ -12,10 +12,19 @@ impl ArgTable {
     /// launch acknowledged `at_least`). Reads the acknowledgement of the latest launch first:
     /// once that one has refreshed, so have all before it, and the next `depth - 1` launches
     /// need no read at all (mapped memory may be uncached: a read costs a trip to memory).
-    pub(super) fn latest_ack(&mut self, at_least: u64, mirror: usize, stream: &Stream) -> Result<u64> {
+    pub(super) fn latest_ack(
+        &mut self,
+        at_least: u64,
+        mirror: usize,
+        stream: &Stream,
+    ) -> Result<u64> {
         let launched = self.ledger.next_seq;
         let depth = self.ledger.depth() as u64;
-        let latest = self.shared.acks.read(((launched - 1) % depth) as usize).unwrap_or(0);
+        let latest = self
+            .shared
+            .acks
+            .read(((launched - 1) % depth) as usize)
+            .unwrap_or(0);
         if latest > launched {
             return Err(Error::invalid(
                 "ArgTable::launch",
@@ -134,7 +143,10 @@ impl ArgTable {
             .max()
             .unwrap_or(0);
         self.ledger.acknowledged(seen);
-        let idle = self.stream.as_ref().is_some_and(|s| s.is_idle().unwrap_or(false));
+        let idle = self
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.is_idle().unwrap_or(false));
         if idle || self.stream.is_none() {
             self.ledger.all_finished();
         }

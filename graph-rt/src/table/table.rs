@@ -335,7 +335,8 @@ impl ArgTable {
                 "the buffer belongs to another context",
             ));
         }
-        self.ledger.set_at(index, word, key, at, || Some(alloc.clone()));
+        self.ledger
+            .set_at(index, word, key, at, || Some(alloc.clone()));
         Ok(())
     }
 
@@ -373,7 +374,13 @@ impl ArgTable {
         self.check_ptr(slot, buffer.as_raw(), buffer.len())?;
         let alloc = buffer.allocation();
         let key = key_of(alloc);
-        self.set_checked(slot.index as usize, buffer.as_raw(), key, alloc, "ArgTable::bind")
+        self.set_checked(
+            slot.index as usize,
+            buffer.as_raw(),
+            key,
+            alloc,
+            "ArgTable::bind",
+        )
     }
 
     /// Binds `slot` to the elements of `view` (see [`ArgTable::bind`]).
@@ -381,7 +388,13 @@ impl ArgTable {
         self.check_ptr(slot, view.as_raw(), view.len())?;
         let alloc = view.allocation();
         let key = key_of(alloc);
-        self.set_checked(slot.index as usize, view.as_raw(), key, alloc, "ArgTable::bind_view")
+        self.set_checked(
+            slot.index as usize,
+            view.as_raw(),
+            key,
+            alloc,
+            "ArgTable::bind_view",
+        )
     }
 
     /// Binds `slot` to a raw device address (alignment checked; nothing kept alive).
@@ -546,9 +559,8 @@ impl ArgTable {
         // n ≤ padded capacity), and the device neither reads nor writes this mirror now: its previous launch
         // has acknowledged reading it (above), and the next reads it only after the launch
         // below; no other reference to it exists while the slice lives.
-        let words = unsafe {
-            std::slice::from_raw_parts_mut(self.shared.mirrors.as_ptr().add(base), n)
-        };
+        let words =
+            unsafe { std::slice::from_raw_parts_mut(self.shared.mirrors.as_ptr().add(base), n) };
         self.ledger.stage(words);
         // The mirror's words reach memory before the launch that reads them.
         std::sync::atomic::fence(Ordering::SeqCst);

@@ -113,7 +113,8 @@ impl Model {
     fn bind_back(&mut self, i: usize, previous: &Arc<u64>) {
         let key = Arc::as_ptr(previous) as usize;
         self.bound[i] = Some(Arc::downgrade(previous));
-        self.ledger.set(i, **previous, key, || panic!("kept already"));
+        self.ledger
+            .set(i, **previous, key, || panic!("kept already"));
     }
 
     fn bind_raw(&mut self, i: usize, value: u64) {
@@ -234,7 +235,11 @@ fn staging_writes_only_the_words_bound_since_the_mirror_was_written() {
     for _ in 0..4 {
         m.launch();
     }
-    assert_eq!(m.written, 4 * slots, "the first use of each mirror writes it whole");
+    assert_eq!(
+        m.written,
+        4 * slots,
+        "the first use of each mirror writes it whole"
+    );
     m.written = 0;
     for step in 0..40u64 {
         for i in (0..slots).step_by(10) {
@@ -255,4 +260,50 @@ fn staging_writes_only_the_words_bound_since_the_mirror_was_written() {
     // The first launches still carry the tenth bound before them into the mirrors behind.
     assert!(m.written <= 3 * slots / 10, "{} words written", m.written);
     m.drain();
+}
+
+/// Host cost of the ledger's part of binding (no assertion: a figure for the record), release
+/// builds only: `cargo test --release -p graph-rt-core --lib ledger_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "a timing, not a check"]
+fn ledger_cost_per_binding() {
+    let slots: usize = 1001;
+    let sets: Vec<Vec<Arc<u64>>> = (0..5)
+        .map(|s| {
+            (0..slots)
+                .map(|i| Arc::new((s * slots + i) as u64 * 16))
+                .collect()
+        })
+        .collect();
+    let mut mirror = vec![0u64; slots.div_ceil(8) * 8];
+    for rotate in [2usize, 3, 5] {
+        let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
+        for _ in 0..slots {
+            ledger.push_slot();
+        }
+        let mut best = f64::MAX;
+        let mut best_stage = f64::MAX;
+        for round in 0..2000 {
+            let set = &sets[round % rotate];
+            let t = std::time::Instant::now();
+            for (i, b) in set.iter().enumerate() {
+                let key = Arc::as_ptr(b) as usize;
+                let at = ledger.keeps.position(i, key);
+                ledger.set_at(i, **b, key, at, || Some(b.clone()));
+            }
+            let bound = t.elapsed().as_secs_f64();
+            let t = std::time::Instant::now();
+            ledger.stage(&mut mirror);
+            best_stage = best_stage.min(t.elapsed().as_secs_f64());
+            ledger.launched();
+            ledger.all_finished();
+            drop(ledger.take_releasable());
+            best = best.min(bound);
+        }
+        println!(
+            "{rotate} sets: {:.2} ns a binding, staging {:.2} µs for {slots} slots",
+            best * 1e9 / slots as f64,
+            best_stage * 1e6
+        );
+    }
 }
