@@ -42,7 +42,10 @@ pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Resu
                         kind,
                     } if !p.pointer && size == p.size => {
                         if p.float != (kind == ScalarKind::Float) {
-                            return fail(format!("the kernel reads {} here; the slot holds {kind:?} values", if p.float { "a float" } else { "an integer" }));
+                            return fail(format!(
+                                "the kernel reads {} here; the slot holds {kind:?} values",
+                                if p.float { "a float" } else { "an integer" }
+                            ));
                         }
                         if p.divisible_16 && !p.float && multiple_of < 16 {
                             return fail("the kernel was compiled for multiples of 16; the slot takes any value (ArgTable::scalar_slot_with(16))".into());
