@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::{assert_close, capturing_ctx, random_f32};
+use super::{assert_close, capturing_ctx, random_f32, sized};
 use crate::calibrate::{flag, Chain};
 use crate::{
     calibrate, chain_shape, chain_step, choose, cost_model, CalibrateOptions, CostModel,
@@ -80,7 +80,10 @@ fn assert_complete(model: &CostModel, mechanisms: &[Mechanism], sizes: &[usize])
 fn a_small_calibration_is_complete_and_cached_per_device() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let sizes = vec![10, 50];
+    // Three calibrations of every mechanism. Under a sanitizer (every module load, kernel and
+    // step instrumented) shorter chains and one round asked for (which rounds_at makes ten at
+    // chains this short, after two warm-up rounds); under racecheck shorter still.
+    let (sizes, rounds) = sized((vec![10, 50], 3), (vec![2, 4], 1), (vec![1, 2], 1));
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
@@ -90,7 +93,7 @@ fn a_small_calibration_is_complete_and_cached_per_device() {
     )));
     let small = || CalibrateOptions {
         sizes: sizes.clone(),
-        rounds: 3,
+        rounds,
         cache_dir: Some(dir.0.clone()),
         ..Default::default()
     };
@@ -99,7 +102,8 @@ fn a_small_calibration_is_complete_and_cached_per_device() {
     let model = calibrate(&stream, &options).unwrap();
     assert_complete(&model, &mechanisms, &sizes);
     let pdl = mechanisms.contains(&Mechanism::TablePdl);
-    let choice = choose(&chain_shape(50, pdl), &model, None).unwrap();
+    let longest = *sizes.last().unwrap();
+    let choice = choose(&chain_shape(longest, pdl), &model, None).unwrap();
     assert!(mechanisms.contains(&choice.chosen), "{choice}");
 
     // Calibrated and written; then read back (unless GRAPH_RT_RECALIBRATE forces every

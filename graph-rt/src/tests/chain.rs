@@ -12,10 +12,17 @@ pub(crate) fn add1(ctx: &Context) -> Function {
     function(ctx, &graph_rt_kernels::CHAIN, "add1")
 }
 
-/// `count` buffers of `N` floats (contents undefined).
+/// `count` buffers of `N` floats, poisoned with NaN: a kernel that reads one nothing wrote
+/// computes NaN, which the checks catch, and initcheck sees the memory initialized. The fill
+/// waits for all work of the context: a test that allocates while a launch must still run
+/// allocates with `DeviceBuffer::alloc`.
 pub(crate) fn buffers(ctx: &Context, count: usize) -> Vec<DeviceBuffer<f32>> {
     (0..count)
-        .map(|_| DeviceBuffer::alloc(ctx, N).unwrap())
+        .map(|_| {
+            let mut b = DeviceBuffer::alloc(ctx, N).unwrap();
+            b.fill_u32(f32::NAN.to_bits()).unwrap();
+            b
+        })
         .collect()
 }
 

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::chain::{add1, N};
-use super::{assert_close, capturing_ctx, ctx, random_f32};
+use super::{assert_close, capturing_ctx, ctx, random_f32, sized};
 use crate::cublas::DESTROYED;
 use crate::{
     CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Function, LaunchConfig, NodeKind, Result,
@@ -15,8 +15,13 @@ use crate::{
 
 /// The GEMMs checked: `D × D × D`, so that an operand holds `N` floats (one `add1` launch).
 const D: usize = 64;
-/// The GEMMs that keep a stream busy for a few milliseconds each: `BIG × BIG × BIG` in f32.
-const BIG: usize = 4096;
+/// The GEMMs that keep a stream busy for a few milliseconds each: `big() × big() × big()` in
+/// f32: 4096, or less under a sanitizer (which tracks every access of cuBLAS's kernels, the
+/// shared-memory ones most under racecheck: 14 GEMMs of 4096 ran past 180 s there). Launches
+/// are nearly synchronous there anyway; the ordering is checked all the same.
+fn big() -> usize {
+    sized(4096, 512, 256)
+}
 
 /// C = A · B, `D × D`, column-major.
 fn gemm(
@@ -44,21 +49,22 @@ fn gemm(
 
 /// Queues `count` large GEMMs (`out = x · x`) on the handle's stream.
 fn busy(blas: &Cublas, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<f32>, count: usize) {
+    let big = big();
     for _ in 0..count {
         blas.sgemm(
             CublasOp::N,
             CublasOp::N,
-            BIG,
-            BIG,
-            BIG,
+            big,
+            big,
+            big,
             1.0,
             x,
-            BIG,
+            big,
             x,
-            BIG,
+            big,
             0.0,
             out,
-            BIG,
+            big,
         )
         .unwrap();
     }
@@ -181,15 +187,15 @@ fn two_streams(ctx: super::TestContext) -> TwoStreams {
     let (sa, sb) = (Stream::new(&ctx).unwrap(), Stream::new(&ctx).unwrap());
     let (on_a, on_b) = (Cublas::new(&sa).unwrap(), Cublas::new(&sb).unwrap());
     let b_host = random_f32(N);
-    let big = || DeviceBuffer::<f32>::zeroed(&ctx, BIG * BIG).unwrap();
+    let square = || DeviceBuffer::<f32>::zeroed(&ctx, big() * big()).unwrap();
     let mut t = TwoStreams {
         f: add1(&ctx),
         zeros: DeviceBuffer::zeroed(&ctx, N).unwrap(),
         b: DeviceBuffer::from_host(&ctx, &b_host).unwrap(),
         c: DeviceBuffer::zeroed(&ctx, N).unwrap(),
         thousand: DeviceBuffer::from_host(&ctx, &vec![1000.0f32; N]).unwrap(),
-        x: big(),
-        out: [big(), big()],
+        x: square(),
+        out: [square(), square()],
         b_host,
         ctx,
         sa,

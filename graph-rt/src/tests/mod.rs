@@ -83,6 +83,20 @@ pub(crate) fn exclusive() -> RwLockWriteGuard<'static, ()> {
     GPU.write()
 }
 
+/// A test's size by the compute-sanitizer tool it runs under (`run.sh sanitize` sets
+/// GRAPH_RT_SANITIZER to the tool's name): `plain` without one, `racecheck` under racecheck
+/// (tens of milliseconds a launch with 14 sanitizers at once, shared-memory kernels such as
+/// GEMMs far more), `sanitized` under the others (memcheck, synccheck, initcheck: a few
+/// milliseconds a launch). Every launch and allocation is instrumented there: the sizes shrink,
+/// what the test checks stays.
+pub(crate) fn sized<T>(plain: T, sanitized: T, racecheck: T) -> T {
+    match std::env::var_os("GRAPH_RT_SANITIZER") {
+        None => plain,
+        Some(tool) if tool == "racecheck" => racecheck,
+        Some(_) => sanitized,
+    }
+}
+
 /// Function `name` of the shipped kernel module `kernel`, loaded in `ctx`.
 pub(crate) fn function(ctx: &Context, kernel: &graph_rt_kernels::Kernel, name: &str) -> Function {
     Module::from_ptx(ctx, kernel.ptx)

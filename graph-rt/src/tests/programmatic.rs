@@ -2,7 +2,7 @@
 //! the programmatic edges a capture makes, and rebinding such nodes.
 
 use super::chain::{add1, buffers, capture_chain, capture_chain_with, check_chain, N};
-use super::{capturing_ctx, function, random_f32};
+use super::{capturing_ctx, function, random_f32, sized};
 use crate::{Context, DeviceBuffer, EdgeKind, ExecUpdate, Function, LaunchConfig, Stream};
 
 /// `CHAIN_PDL`'s `add1`. On a GPU older than compute capability 9.0 the test fails saying so
@@ -38,7 +38,10 @@ fn programmatic_chain_runs_eagerly_and_replays_with_programmatic_edges() {
     let ctx = capturing_ctx();
     let f = add1_pdl(&ctx);
     let stream = Stream::new(&ctx).unwrap();
-    let mut bufs = buffers(&ctx, 1001);
+    // Under a sanitizer every kernel is instrumented: a few replays there, of a shorter chain
+    // under racecheck.
+    let (nodes, replays) = sized((1000, 50), (1000, 2), (100, 2));
+    let mut bufs = buffers(&ctx, nodes + 1);
     let cfg = config();
     check_on_fresh_input(&mut bufs, |bufs| {
         for k in 0..bufs.len() - 1 {
@@ -50,14 +53,14 @@ fn programmatic_chain_runs_eagerly_and_replays_with_programmatic_edges() {
 
     let graph = capture_chain_with(&stream, &f, &config(), &bufs).unwrap();
     let edges = graph.edges().unwrap();
-    assert_eq!(edges.len(), 999);
+    assert_eq!(edges.len(), nodes - 1);
     assert!(
         edges.iter().all(|e| e.kind == EdgeKind::Programmatic),
         "a capture of programmatic launches made {:?}",
         edges.iter().find(|e| e.kind != EdgeKind::Programmatic)
     );
     let exec = graph.instantiate().unwrap();
-    for _ in 0..50 {
+    for _ in 0..replays {
         check_on_fresh_input(&mut bufs, |_| {
             exec.launch(&stream).unwrap();
             stream.synchronize().unwrap();
@@ -71,7 +74,9 @@ fn programmatic_nodes_rebind_by_node_update_and_exec_update() {
     let ctx = capturing_ctx();
     let f = add1_pdl(&ctx);
     let stream = Stream::new(&ctx).unwrap();
-    let mut sets = [buffers(&ctx, 201), buffers(&ctx, 201)];
+    // Shorter chains under a sanitizer (every kernel instrumented), shortest under racecheck.
+    let nodes = sized(200, 60, 30);
+    let mut sets = [buffers(&ctx, nodes + 1), buffers(&ctx, nodes + 1)];
     let graph = capture_chain_with(&stream, &f, &config(), &sets[0]).unwrap();
     let nodes = graph.nodes().unwrap();
     let mut exec = graph.instantiate().unwrap();

@@ -3,8 +3,8 @@
 
 use std::sync::{Arc, Weak};
 
-use super::capturing_ctx;
 use super::chain::{add1, buffers, capture_chain, check_chain, fresh_input, N};
+use super::{capturing_ctx, sized};
 use crate::driver::Allocation;
 use crate::{DeviceBuffer, ExecUpdate, Stream};
 
@@ -24,8 +24,10 @@ fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
     let nodes = graph.nodes().unwrap();
     let mut exec = graph.instantiate().unwrap();
     let own = exec.retained_count();
+    // Fewer steps under a sanitizer (each allocation, update and launch instrumented).
+    let (rebinds, updates_count) = sized((100, 20), (40, 10), (20, 8));
     let mut steps = Vec::new();
-    for _ in 0..100 {
+    for _ in 0..rebinds {
         let mut fresh = buffers(&ctx, 3);
         let x = fresh_input(&mut fresh[0]);
         for (k, node) in nodes.iter().enumerate() {
@@ -53,7 +55,7 @@ fn fresh_buffers_every_step_are_released_once_their_launches_finish() {
 
     // Whole-graph updates from graphs of fresh buffers: the old ones go the same way.
     let mut updates = Vec::new();
-    for _ in 0..20 {
+    for _ in 0..updates_count {
         let mut fresh = buffers(&ctx, 3);
         let g = capture_chain(&stream, &f, &fresh).unwrap();
         assert_eq!(exec.update(&g).unwrap(), ExecUpdate::Updated);
@@ -83,7 +85,9 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let bufs = buffers(&ctx, 201);
+    // A shorter chain under racecheck (every kernel instrumented, tens of milliseconds each).
+    let nodes = sized(200, 200, 50);
+    let bufs = buffers(&ctx, nodes + 1);
     let graph = capture_chain(&stream, &f, &bufs).unwrap();
     let first = graph.nodes().unwrap()[0];
     let mut exec = graph.instantiate().unwrap();
@@ -96,10 +100,12 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
         unsafe { exec.set_kernel_args(first, (&input[0], &bufs[1], N as i32)) }.unwrap();
         exec.launch(&stream).unwrap();
         // Rebind while the 200-kernel launch may run, and drop the input it reads: the exec
-        // must hold it (dropping the handle alone would wait for the device: cuMemFree).
-        let mut next = buffers(&ctx, 1);
+        // must hold it (dropping the handle alone would wait for the device: cuMemFree). Not
+        // `buffers`: its fill would wait for the launch. (Nothing reads `next`: the next step
+        // rebinds the node before launching.)
+        let next = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
         // SAFETY: as in capture_chain.
-        unsafe { exec.set_kernel_args(first, (&next[0], &bufs[1], N as i32)) }.unwrap();
+        unsafe { exec.set_kernel_args(first, (&next, &bufs[1], N as i32)) }.unwrap();
         // That change, the first after a new launch, released what finished launches read: the
         // previous step's input.
         if let Some(w) = previous.take() {
@@ -112,9 +118,9 @@ fn sanitized_rebinding_while_a_launch_runs_keeps_what_it_reads() {
         drop(input);
         assert!(w.upgrade().is_some(), "released while a launch may read it");
         previous = Some(w);
-        drop(next.pop());
+        drop(next);
         stream.synchronize().unwrap();
-        check_chain(&bufs[200], &x, 200);
+        check_chain(&bufs[nodes], &x, nodes);
     }
     drop(exec);
     ctx.synchronize().unwrap();
@@ -127,7 +133,10 @@ fn dropping_a_running_1000_node_exec_returns_in_microseconds_and_parks_what_it_u
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut bufs = buffers(&ctx, 1001);
+    // Under a sanitizer fewer execs, each launched once, and under racecheck a shorter chain:
+    // every kernel is instrumented there.
+    let (nodes, execs, replays) = sized((1000, 7, 3), (1000, 3, 1), (100, 3, 1));
+    let mut bufs = buffers(&ctx, nodes + 1);
     let graph = capture_chain(&stream, &f, &bufs).unwrap();
     let x = fresh_input(&mut bufs[0]);
     let last = bufs.pop().unwrap();
@@ -139,11 +148,12 @@ fn dropping_a_running_1000_node_exec_returns_in_microseconds_and_parks_what_it_u
     // nearly synchronous: the timing says nothing there, the ownership checks still hold.
     let timed = std::env::var_os("GRAPH_RT_SANITIZER").is_none();
     let mut times = Vec::new();
-    for _ in 0..7 {
+    for _ in 0..execs {
         let exec = graph.instantiate().unwrap();
         exec.upload(&stream).unwrap();
-        // Three replays queued (about 3.5 ms of device work), then the drop.
-        for _ in 0..3 {
+        // Three replays queued (about 3.5 ms of device work; one under a sanitizer), then the
+        // drop.
+        for _ in 0..replays {
             exec.launch(&stream).unwrap();
         }
         let start = std::time::Instant::now();
@@ -155,22 +165,23 @@ fn dropping_a_running_1000_node_exec_returns_in_microseconds_and_parks_what_it_u
             "the exec finished before the drop returned: nothing was measured"
         );
         stream.synchronize().unwrap();
-        check_chain(&last, &x, 1000);
+        check_chain(&last, &x, nodes);
     }
     times.sort();
+    let median = times[execs / 2];
     eprintln!(
-        "drop of a running 1000-node exec returned in {:?} (median of 7; min {:?}, max {:?})",
-        times[3], times[0], times[6]
+        "drop of a running {nodes}-node exec returned in {median:?} (median of {execs}; min {:?}, max {:?})",
+        times[0],
+        times[execs - 1]
     );
     assert!(
-        !timed || times[3] < std::time::Duration::from_micros(50),
-        "the drop took {:?} (median of 7)",
-        times[3]
+        !timed || median < std::time::Duration::from_micros(50),
+        "the drop took {median:?} (median of {execs})"
     );
     // Last, with the graph gone too: only the running exec's parked batch holds the buffers.
     let exec = graph.instantiate().unwrap();
     drop(graph);
-    for _ in 0..3 {
+    for _ in 0..replays {
         exec.launch(&stream).unwrap();
     }
     drop(exec);
@@ -181,7 +192,7 @@ fn dropping_a_running_1000_node_exec_returns_in_microseconds_and_parks_what_it_u
         );
     }
     stream.synchronize().unwrap();
-    check_chain(&last, &x, 1000);
+    check_chain(&last, &x, nodes);
     ctx.synchronize().unwrap();
     assert_eq!(
         ctx.poll().unwrap(),

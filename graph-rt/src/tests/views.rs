@@ -4,7 +4,7 @@
 use rand::RngCore;
 
 use super::chain::{add1, N};
-use super::{assert_close, capturing_ctx, ctx, random_f32};
+use super::{assert_close, capturing_ctx, ctx, random_f32, sized};
 use crate::{CaptureMode, DeviceBuffer, Error, KernelArgList, LaunchConfig, Stream};
 
 const NAN: u32 = 0x7fc0_0000;
@@ -138,6 +138,14 @@ fn views_rebound_into_an_exec_are_kept_alive_by_it() {
     }
 }
 
+/// Elements of the ping-pong buffers: enough that the host gets ahead of the launches. Under
+/// racecheck every thread's accesses are tracked (it took 100 s over the 82 launches of 4M
+/// elements of each test) and launches are nearly synchronous anyway: fewer there, the ordering
+/// checked all the same.
+fn ping_pong_elements() -> usize {
+    sized(1 << 22, 1 << 22, 1 << 16)
+}
+
 /// Queues `steps` (odd) launches of add1 on `stream`, ping-ponging from `a` to `b` and back, over
 /// enough elements that the host gets ahead of them: `b` ends `steps` above `a`'s input and `a`
 /// one below `b`.
@@ -159,7 +167,7 @@ fn queue_ping_pong(stream: &Stream, a: &DeviceBuffer<f32>, b: &DeviceBuffer<f32>
 fn stream_ordered_copies_need_no_synchronize_on_a_non_blocking_stream() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let n = 1 << 22;
+    let n = ping_pong_elements();
     let x = random_f32(n);
     let mut a = DeviceBuffer::<f32>::alloc(&ctx, n).unwrap();
     let mut b = DeviceBuffer::<f32>::alloc(&ctx, n).unwrap();
@@ -182,7 +190,7 @@ fn stream_ordered_copies_need_no_synchronize_on_a_non_blocking_stream() {
 fn unordered_copies_after_a_non_blocking_launch_wait_for_the_context() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let n = 1 << 22;
+    let n = ping_pong_elements();
     let x = random_f32(n);
     let mut a = DeviceBuffer::from_host(&ctx, &x).unwrap();
     let mut b = DeviceBuffer::<f32>::alloc(&ctx, n).unwrap();
