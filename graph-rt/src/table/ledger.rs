@@ -12,68 +12,79 @@
 
 use super::keep::Keeps;
 
-/// Which words changed: a bitmap and the list of its nonzero words, so that walking and clearing
-/// it costs what was marked.
+/// Which words changed, by block of eight words (one 64-byte line of a mirror): a flag byte per
+/// word, a seen byte per block and the list of blocks seen, so that marking is stores with no
+/// chain of read-modify-writes between neighbouring words, and walking and clearing cost what
+/// was marked.
 #[derive(Default)]
 pub(super) struct Marks {
-    bits: Vec<u64>,
+    flags: Vec<u8>,
+    seen: Vec<bool>,
     touched: Vec<u32>,
 }
 
 impl Marks {
-    /// Room for `words` words (the bitmap grows with the table).
+    /// Room for `words` words (the marks grow with the table).
     fn grow(&mut self, words: usize) {
-        let need = words.div_ceil(64);
-        if self.bits.len() < need {
-            self.bits.resize(need, 0);
+        let blocks = words.div_ceil(8);
+        if self.seen.len() < blocks {
+            self.seen.resize(blocks, false);
+            self.flags.resize(8 * blocks, 0);
         }
     }
 
     #[inline]
     fn mark(&mut self, i: usize) {
-        let w = i >> 6;
-        let old = self.bits[w];
-        if old == 0 {
-            // `w` < 2^26: a table holds fewer than 2^32 words.
-            self.touched.push(w as u32);
+        self.flags[i] = 1;
+        let b = i >> 3;
+        if !self.seen[b] {
+            self.seen[b] = true;
+            // `b` < 2^29: a table holds fewer than 2^32 words.
+            self.touched.push(b as u32);
         }
-        self.bits[w] = old | 1 << (i & 63);
+    }
+
+    /// The flags of block `b`, one byte a word.
+    #[inline]
+    fn block(&self, b: usize) -> u64 {
+        let f = &self.flags[8 * b..8 * b + 8];
+        u64::from_ne_bytes([f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]])
     }
 
     /// Adds `other`'s marks to these.
     fn union(&mut self, other: &Marks) {
-        for &w in &other.touched {
-            let w = w as usize;
-            if self.bits[w] == 0 {
-                self.touched.push(w as u32);
+        for &b in &other.touched {
+            let b = b as usize;
+            if !self.seen[b] {
+                self.seen[b] = true;
+                self.touched.push(b as u32);
             }
-            self.bits[w] |= other.bits[w];
+            let merged = self.block(b) | other.block(b);
+            self.flags[8 * b..8 * b + 8].copy_from_slice(&merged.to_ne_bytes());
         }
     }
 
+    /// Words marked.
     fn count(&self) -> usize {
         self.touched
             .iter()
-            .map(|&w| self.bits[w as usize].count_ones() as usize)
+            .map(|&b| self.block(b as usize).count_ones() as usize)
             .sum()
     }
 
-    /// Calls `f` with every block of eight words holding a marked word.
+    /// Calls `f` with every block holding a marked word, and its flags (a byte a word).
     #[inline]
-    fn each_block(&self, mut f: impl FnMut(usize)) {
-        for &w in &self.touched {
-            let bits = self.bits[w as usize];
-            for byte in 0..8 {
-                if (bits >> (8 * byte)) & 0xff != 0 {
-                    f(((w as usize) << 3) | byte);
-                }
-            }
+    fn each_block(&self, mut f: impl FnMut(usize, u64)) {
+        for &b in &self.touched {
+            f(b as usize, self.block(b as usize));
         }
     }
 
     fn clear(&mut self) {
-        for &w in &self.touched {
-            self.bits[w as usize] = 0;
+        for &b in &self.touched {
+            let b = b as usize;
+            self.seen[b] = false;
+            self.flags[8 * b..8 * b + 8].fill(0);
         }
         self.touched.clear();
     }
@@ -211,7 +222,20 @@ impl<R> Ledger<R> {
             }
             self.union.union(&self.current);
             let words = &self.words;
-            self.union.each_block(|b| store_block(mirror, words, b));
+            self.union.each_block(|b, flags| {
+                // One or two words of the block: those stores alone (in uncached memory each
+                // store is a trip to memory, whatever its width); more: the whole block.
+                if flags.count_ones() <= 2 {
+                    let mut f = flags;
+                    while f != 0 {
+                        let i = 8 * b + (f.trailing_zeros() / 8) as usize;
+                        store_word(mirror, i, words[i]);
+                        f &= f - 1;
+                    }
+                } else {
+                    store_block(mirror, words, b);
+                }
+            });
             self.union.count()
         };
         // This launch's marks become the mirror's; its older ones are cleared for reuse.
@@ -286,6 +310,14 @@ fn store_block(mirror: &mut [u64], words: &[u64], b: usize) {
             unsafe { std::ptr::write_volatile(d, w) };
         }
     }
+}
+
+/// Writes word `i` into `mirror`: one 8-byte store.
+#[inline]
+fn store_word(mirror: &mut [u64], i: usize, word: u64) {
+    let d: *mut u64 = &mut mirror[i];
+    // SAFETY: a valid, aligned, exclusively borrowed word; volatile keeps it one 8-byte store.
+    unsafe { std::ptr::write_volatile(d, word) };
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -307,3 +307,47 @@ fn ledger_cost_per_binding() {
         );
     }
 }
+
+#[test]
+#[ignore = "a timing, not a check"]
+fn ledger_cost_parts() {
+    let slots: usize = 1001;
+    let sets: Vec<Vec<u64>> = (0..2)
+        .map(|s| (0..slots).map(|i| ((s * slots + i) as u64 + 1) * 16).collect())
+        .collect();
+    let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
+    for _ in 0..slots {
+        ledger.push_slot();
+    }
+    let time = |f: &mut dyn FnMut(usize)| {
+        let mut best = f64::MAX;
+        for round in 0..3000 {
+            let t = std::time::Instant::now();
+            f(round);
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        best * 1e9 / slots as f64
+    };
+    let words = time(&mut |r| {
+        for (i, &w) in sets[r % 2].iter().enumerate() {
+            let old = std::mem::replace(&mut ledger.words[i], w);
+            if old != w {
+                ledger.current.mark(i);
+            }
+        }
+        ledger.current.clear();
+    });
+    let keeps = time(&mut |r| {
+        for (i, &w) in sets[r % 2].iter().enumerate() {
+            let at = ledger.keeps.position(i, w as usize);
+            ledger.keeps.hold_at(i, w as usize, at, || None, 0);
+        }
+    });
+    let all = time(&mut |r| {
+        for (i, &w) in sets[r % 2].iter().enumerate() {
+            ledger.set(i, w, w as usize, || None);
+        }
+        ledger.current.clear();
+    });
+    println!("ns a slot: words + marks {words:.2}, keeps {keeps:.2}, set {all:.2}");
+}
