@@ -16,9 +16,11 @@
 //! Parked batches hold their context, so a context whose every user handle is gone lives on
 //! until its release thread has released the last batch: that release drops the context, whose
 //! teardown stops the thread and releases whatever is left before the context itself is released.
-//! At process exit (`main` returning, `std::process::exit`) a hook registered with `atexit`
-//! stops every release thread and releases everything still parked, waiting for the fences,
-//! before the driver tears itself down (`exit.rs`).
+//! At process exit (`main` returning, `std::process::exit`) a hook registered with `atexit` has
+//! every release thread release everything still parked, waiting for the fences, and stop,
+//! before the libraries whose objects are parked (cuBLAS) and the driver tear themselves down
+//! (`exit.rs`). The release threads do it, not the exiting thread: by the time exit handlers run,
+//! that thread's thread-locals (cuBLAS's runtime keeps its own) are gone.
 //!
 //! Releasing frees memory, which a stream capture in global mode forbids in every thread: a
 //! releasing thread holds [`capture_lock`] exclusively while it releases, and graph-rt's captures
@@ -140,6 +142,9 @@ struct State {
     // Torn down, or the process exits: no release thread; what is parked from now on is
     // released where it is parked, once its fence has passed.
     closed: bool,
+    // The process exits: the release thread releases everything parked, waiting for the fences
+    // until this deadline, before it stops (see `exit.rs`).
+    exit_deadline: Option<Instant>,
     // Reclaims (allocations out of memory): the release thread waits for the fences of what was
     // parked before `drain_mark`, releases it, and sets `drained` to the ticket it served.
     drain_ticket: u64,
@@ -156,6 +161,9 @@ struct Shared {
     changed: Condvar,
     // Reclaims served (for tests).
     reclaims: AtomicUsize,
+    // Batches released and leaked by `release_everything` at exit (for the exit hook's report).
+    exit_released: AtomicUsize,
+    exit_leaked: AtomicUsize,
 }
 
 /// A context's parked batches and its release thread.
@@ -189,6 +197,8 @@ impl ReleaseQueue {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
             reclaims: AtomicUsize::new(0),
+            exit_released: AtomicUsize::new(0),
+            exit_leaked: AtomicUsize::new(0),
         });
         exit::register(&shared);
         Self {
@@ -370,6 +380,21 @@ impl ReleaseQueue {
     pub(crate) fn watch(&self) -> QueueWatch {
         QueueWatch(Arc::downgrade(&self.shared))
     }
+
+    /// What the exit hook does to every queue, for this one alone (for tests): the release
+    /// thread releases everything parked, waiting for the fences, and stops. The queue stays
+    /// closed: what is parked later is released where it is parked.
+    #[cfg(test)]
+    pub(crate) fn close_as_at_exit(&self) {
+        exit::close(&self.shared);
+    }
+
+    /// Registers the exit hook again now, after a library that parked releases call into may
+    /// have registered exit handlers of its own without loading anything (cuBLAS on its first
+    /// handle and its first GEMM): the hook must run before them.
+    pub(crate) fn arm_exit_hook_again(&self) {
+        exit::arm_now();
+    }
 }
 
 impl Drop for ReleaseQueue {
@@ -420,19 +445,38 @@ impl Shared {
         self.changed.notify_all();
     }
 
-    /// After `close`, with the thread stopped: releases every batch, waiting for its fence
-    /// first (until `device_deadline`, if any), in parking order; batches whose fence did not
-    /// pass (a capture that has not ended, work past the deadline) are leaked. Waits up to
-    /// `patience` for graph-rt's global-mode captures to end, and leaks everything if one still
-    /// runs.
+    /// Closes the queue at process exit: the release thread, if it runs (and unless it is the
+    /// calling thread, or `hand` is false), releases everything parked before it stops, waiting
+    /// for the fences until `deadline`. Returns whether it will.
+    fn close_for_exit(&self, deadline: Instant, hand: bool) -> bool {
+        let mut state = self.state.lock();
+        state.closed = true;
+        let handed = hand && state.running && !is_release_thread_of(self);
+        if handed {
+            state.exit_deadline = Some(deadline);
+        }
+        drop(state);
+        self.changed.notify_all();
+        handed
+    }
+
+    /// After `close`, with the thread stopped (or on the thread itself, at exit): releases
+    /// every batch, waiting for its fence first (until `device_deadline`, if any: at exit), in
+    /// parking order; batches whose fence did not pass (a capture that has not ended, work past
+    /// the deadline) are leaked. Waits up to `patience` for graph-rt's global-mode captures to
+    /// end, and leaks everything if one still runs.
     fn release_everything(&self, patience: Duration, device_deadline: Option<Instant>) {
         if self.state.lock().entries.is_empty() {
             return;
         }
+        let at_exit = device_deadline.is_some();
         let Some(_no_capture) = Exclusive::take(patience) else {
             // Leaked, not dropped with the queue later: freeing would invalidate the capture.
             let entries = std::mem::take(&mut self.state.lock().entries);
             let n = entries.len();
+            if at_exit {
+                self.exit_leaked.fetch_add(n, Ordering::Relaxed);
+            }
             tracing::warn!("graph-rt: a capture runs while a context's parked batches are released at teardown or exit: leaking {n} batches");
             return std::mem::forget(entries);
         };
@@ -448,9 +492,15 @@ impl Shared {
                         tracing::warn!(
                             "graph-rt: the device still uses a parked batch at exit: leaking it"
                         );
+                        self.exit_leaked.fetch_add(1, Ordering::Relaxed);
                         std::mem::forget(e.parked);
                     }
-                    _ => release_in_place(e.fence, e.parked),
+                    _ => {
+                        release_in_place(e.fence, e.parked);
+                        if at_exit {
+                            self.exit_released.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
         }
@@ -528,6 +578,16 @@ impl Drop for Stopped<'_> {
 fn release_thread(shared: &Shared) {
     let _ = RELEASE_THREAD.try_with(|t| t.set(shared as *const Shared as usize));
     let _stopped = Stopped(shared);
+    let exit = release_until_closed(shared);
+    // The process exits: everything left is released here, not on the exiting thread.
+    if let Some(deadline) = exit {
+        shared.release_everything(exit::CAPTURE_PATIENCE, Some(deadline));
+    }
+}
+
+/// The release thread's work until the queue is closed. Returns the deadline for the device at
+/// exit, if the queue was closed for the process's exit.
+fn release_until_closed(shared: &Shared) -> Option<Instant> {
     let mut backoff = BACKOFF.0;
     let mut state = shared.state.lock();
     while !state.closed {
@@ -574,4 +634,5 @@ fn release_thread(shared: &Shared) {
             backoff = (backoff * 2).min(BACKOFF.1);
         }
     }
+    state.exit_deadline
 }

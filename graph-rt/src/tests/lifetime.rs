@@ -1,6 +1,7 @@
 //! What drops park comes back without asking: released by the release thread once the device is
-//! done (no poll, no synchronize), by an allocation out of memory, and with the last handle of a
-//! context; the prelude's cubin loaded once per context. Each is meant to pass under
+//! done (no poll, no synchronize), by an allocation out of memory, with the last handle of a
+//! context, and at exit (cuBLAS handles destroyed by the release thread, never by the exiting
+//! thread); the prelude's cubin loaded once per context. Each is meant to pass under
 //! compute-sanitizer's memcheck with its leak check too (run.sh runs every GPU test so).
 
 use std::sync::{Arc, Weak};
@@ -8,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use super::chain::N;
 use super::{capturing_ctx, ctx, function};
+use crate::cublas::DESTROYED;
 use crate::driver::{Allocation, ContextInner};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Function, GraphExec, LaunchConfig, Prelude,
-    Stream, TableOptions,
+    ArgTable, CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Function, GraphExec,
+    LaunchConfig, Prelude, Stream, TableOptions,
 };
 
 /// Under compute-sanitizer (run.sh sets GRAPH_RT_SANITIZER) launches are instrumented, nearly
@@ -67,6 +69,21 @@ impl Long {
             x: DeviceBuffer::zeroed(ctx, n).unwrap(),
             y: DeviceBuffer::zeroed(ctx, n).unwrap(),
         }
+    }
+
+    /// Queues the long launch on `stream`.
+    fn launch(&mut self, stream: &Stream) {
+        // SAFETY: axpy over n floats of two distinct n-float buffers (grid-stride), which live
+        // in `self` (their memory is freed only once the device is done with it).
+        unsafe {
+            stream
+                .launch(
+                    &self.f,
+                    &LaunchConfig::new(1u32, 32u32),
+                    (1.0f32, &self.x, &mut self.y, self.n as i32),
+                )
+                .unwrap()
+        };
     }
 
     /// Captures the long launch into an exec that also keeps `kept` alive.
@@ -341,4 +358,104 @@ fn the_prelude_cubin_loads_once_per_context() {
     assert_eq!(other.cached_modules(), 1);
     drop(other);
     ctx.bind().unwrap();
+}
+
+/// A cuBLAS handle on `stream` that has run a GEMM, and the address of its handle.
+fn used_cublas(ctx: &Context, stream: &Stream) -> (Cublas, *mut std::ffi::c_void) {
+    const D: usize = 64;
+    let blas = Cublas::new(stream).unwrap();
+    let a = DeviceBuffer::from_host(ctx, &vec![1.0f32; D * D]).unwrap();
+    let mut c = DeviceBuffer::<f32>::zeroed(ctx, D * D).unwrap();
+    blas.sgemm(
+        CublasOp::N,
+        CublasOp::N,
+        D,
+        D,
+        D,
+        1.0,
+        &a,
+        D,
+        &a,
+        D,
+        0.0,
+        &mut c,
+        D,
+    )
+    .unwrap();
+    let raw = blas.as_raw();
+    (blas, raw)
+}
+
+/// A cuBLAS handle dropped while its stream still runs, in a live program: the release thread
+/// destroys it (`cublasDestroy_v2`) once the stream's work is done, with no poll or synchronize.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_dropped_cublas_handle_is_destroyed_by_the_release_thread_without_any_call() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let (blas, raw) = used_cublas(&ctx, &stream);
+    let before = DESTROYED.destroys_of(raw).len();
+    let mut long = Long::new(&ctx);
+    long.launch(&stream);
+    drop(blas);
+    if !sanitized() {
+        assert!(
+            !stream.is_idle().unwrap() && DESTROYED.destroys_of(raw).len() == before,
+            "the launch ended before the drop, or the handle was destroyed under it"
+        );
+    }
+    assert!(
+        eventually(|| DESTROYED.destroys_of(raw).len() > before),
+        "the handle was not destroyed within {:?} without poll or synchronize",
+        patience()
+    );
+    assert_eq!(
+        DESTROYED.destroys_of(raw)[before].as_deref(),
+        Some("graph-rt-release"),
+        "not destroyed by the release thread"
+    );
+    drop((long, stream));
+}
+
+/// What the exit hook does, on one context: a cuBLAS handle parked behind work that still runs
+/// is destroyed by the context's release thread, which waits for the work, and never by the
+/// thread that runs the hook (at exit, the thread that called `exit`, whose thread-locals glibc
+/// has destroyed by then). Nothing stays parked, and the thread stops.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_exit_path_has_the_release_thread_destroy_parked_cublas_handles() {
+    let _gpu = ctx();
+    // A context of its own (the same primary context), since the exit path closes its queue.
+    let ctx = Context::new(0).unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let (blas, raw) = used_cublas(&ctx, &stream);
+    let before = DESTROYED.destroys_of(raw).len();
+    let mut long = Long::new(&ctx);
+    long.launch(&stream);
+    drop(blas);
+    if !sanitized() {
+        assert!(
+            ctx.parked_batches() > 0 && !stream.is_idle().unwrap(),
+            "the launch ended before the drop: nothing was parked at the exit"
+        );
+    }
+    ctx.inner.released.close_as_at_exit();
+    assert_eq!(ctx.parked_batches(), 0, "left parked by the exit path");
+    assert!(
+        stream.is_idle().unwrap(),
+        "released before the work it waited for"
+    );
+    let destroys = DESTROYED.destroys_of(raw);
+    assert_eq!(
+        destroys.len(),
+        before + 1,
+        "the handle was not destroyed by the exit path"
+    );
+    assert_eq!(
+        destroys[before].as_deref(),
+        Some("graph-rt-release"),
+        "not destroyed by the release thread"
+    );
+    // Closed as at exit: what is dropped now is released where it is dropped.
+    drop((long, stream, ctx));
 }

@@ -1,19 +1,30 @@
-//! The end of the process: a hook registered with `atexit` stops every live context's release
-//! thread and releases what is still parked on it, before the driver tears itself down.
+//! The end of the process: a hook registered with `atexit` has every live context's release
+//! thread release what is still parked on it and stop, before the libraries whose objects are
+//! parked (cuBLAS) and the driver tear themselves down.
 //!
 //! Exit handlers run newest first, and a library registers its own (C++ static destructors,
-//! the CUDA runtime linked into cuBLAS) when it is loaded. The hook is registered when the first
-//! queue is made, after the driver was loaded, and registered again whenever a batch is parked
-//! after more libraries were loaded (the loader's count of loaded objects, `dl_iterate_phdr`), so
-//! that it runs before the exit handlers of every library a parked batch's release calls into
-//! (cuBLAS, whose handles are parked). The newest registration does the work, the others find
-//! it done. Without the hook the release threads would still be calling into the driver while it
-//! is torn down, and whatever was parked would never be freed.
+//! the CUDA runtime linked into cuBLAS) when it is loaded, or later, when it first initialises
+//! something. The hook is registered when the first queue is made, after the driver was loaded,
+//! registered again whenever a batch is parked after more libraries were loaded (the loader's
+//! count of loaded objects, `dl_iterate_phdr`), and registered again by cuBLAS after its first
+//! handle and its first GEMM ([`arm_now`]), so that it runs before the exit handlers of every
+//! library a parked batch's release calls into. The newest registration does the work, the others
+//! find it done. Without the hook the release threads would still be calling into the driver
+//! while it is torn down, and whatever was parked would never be freed.
+//!
+//! The releasing is done by each queue's release thread, never by the thread that runs the hook
+//! (the one that called `exit`, or returned from `main`): glibc destroys that thread's
+//! thread-locals before it runs the exit handlers, so a parked drop run there finds the thread
+//! half torn down (Rust's own thread-locals, and those of the libraries it calls into: the CUDA
+//! runtime inside cuBLAS keeps per-thread state), while the release thread is whole until the hook
+//! has waited for it. All release threads work at once. Where a queue has no release thread (it
+//! could not be started, or the hook runs on it), a thread started for the purpose does it, or,
+//! failing that, the hook's own.
 //!
 //! The hook may run on any thread (`std::process::exit` from a worker), while other threads still
-//! use graph-rt, and while a capture runs: it waits a bounded time for each thread to stop and for
-//! the device to finish with what is parked, and releases nothing while a global-mode capture of
-//! graph-rt runs (freeing memory would fail and invalidate it; the process ends anyway).
+//! use graph-rt, and while a capture runs: it waits a bounded time for the device to finish with
+//! what is parked and for each thread to stop, and releases nothing while a global-mode capture
+//! of graph-rt runs (freeing memory would fail and invalidate it; the process ends anyway).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
@@ -21,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::{is_release_thread_of, Shared};
+use super::{releasing, Shared};
 
 /// Every queue made so far, held weakly (a queue goes with its context and thread).
 static LIVE: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
@@ -33,10 +44,11 @@ static ARMED_AT_FAST: AtomicU64 = AtomicU64::new(0);
 /// The hook has run (its older registrations then do nothing).
 static RAN: AtomicBool = AtomicBool::new(false);
 
-/// How long the hook waits for one release thread to finish what it is releasing.
+/// How long the hook waits, past [`DEVICE_PATIENCE`], for the release threads to finish
+/// releasing and stop.
 const THREAD_PATIENCE: Duration = Duration::from_secs(10);
-/// How long it waits for graph-rt's global-mode captures to end before releasing.
-const CAPTURE_PATIENCE: Duration = Duration::from_millis(200);
+/// How long the releasing waits for graph-rt's global-mode captures to end.
+pub(super) const CAPTURE_PATIENCE: Duration = Duration::from_millis(200);
 /// How long it waits for the device to finish with what is parked (a launch that never ends
 /// must not hang the exit: what it uses is leaked).
 const DEVICE_PATIENCE: Duration = Duration::from_secs(30);
@@ -62,6 +74,18 @@ pub(super) fn arm() {
     if *armed != 0 && loaded.is_none_or(|n| n == *armed) {
         return;
     }
+    register_hook(&mut armed, loaded);
+}
+
+/// Registers the exit hook again, whether or not libraries were loaded since it last was: after
+/// a library registered exit handlers without loading anything (cuBLAS, on its first handle and
+/// its first GEMM; a few times a process, since each registration stays until exit).
+pub(super) fn arm_now() {
+    let loaded = loaded_objects();
+    register_hook(&mut ARMED_AT.lock(), loaded);
+}
+
+fn register_hook(armed: &mut u64, loaded: Option<u64>) {
     // SAFETY: `at_exit` is an `extern "C" fn()` that never unwinds (it catches panics).
     if unsafe { libc::atexit(at_exit) } != 0 {
         tracing::warn!(
@@ -115,7 +139,8 @@ extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(close_all);
 }
 
-/// Closes every live queue: stops its thread and releases what is parked on it.
+/// Closes every live queue: has its release thread release what is parked on it and stop, all
+/// threads at once, and waits for them.
 fn close_all() {
     // Bounded: the exiting thread may have been stopped while registering a queue.
     let Some(live) = LIVE.try_lock_for(Duration::from_millis(100)) else {
@@ -123,22 +148,65 @@ fn close_all() {
     };
     let queues: Vec<Arc<Shared>> = live.iter().filter_map(Weak::upgrade).collect();
     drop(live);
-    // Each release makes its context current on this thread, which is left so: the process
-    // ends, and the context that was current may be gone with the last batch that held it.
-    for shared in queues {
-        close(&shared);
+    let parked: usize = queues
+        .iter()
+        .map(|q| {
+            let state = q.state.lock();
+            state.entries.len() + state.in_progress
+        })
+        .sum();
+    if parked > 0 {
+        tracing::debug!(
+            "graph-rt: exit hook: releasing {parked} batches parked on {} contexts",
+            queues.len()
+        );
+    }
+    let deadline = Instant::now() + DEVICE_PATIENCE;
+    // A thread that exits while it releases (from inside a parked drop) holds the lock every
+    // release takes: the release threads would wait for it in vain, so it releases everything.
+    let hand = !releasing();
+    let handed: Vec<bool> = queues
+        .iter()
+        .map(|q| q.close_for_exit(deadline, hand))
+        .collect();
+    // Each release makes its context current on its thread; the context that was current on
+    // this one may be gone with the last batch that held it, and the process ends.
+    for (shared, handed) in queues.iter().zip(handed) {
+        finish(shared, handed, deadline);
+    }
+    if parked > 0 {
+        let count = |c: fn(&Shared) -> &std::sync::atomic::AtomicUsize| -> usize {
+            queues.iter().map(|q| c(q).load(Ordering::Relaxed)).sum()
+        };
+        tracing::debug!(
+            released = count(|q| &q.exit_released),
+            leaked = count(|q| &q.exit_leaked),
+            "graph-rt: exit hook: done"
+        );
     }
 }
 
-/// Stops the queue's release thread (unless the hook runs on it), waiting up to
-/// [`THREAD_PATIENCE`] for it, then releases everything parked.
-pub(super) fn close(shared: &Shared) {
-    shared.close();
-    if !is_release_thread_of(shared) {
-        let deadline = Instant::now() + THREAD_PATIENCE;
+/// What the hook does to one queue: its release thread releases everything parked, waiting for
+/// the fences, and stops (for tests).
+#[cfg(test)]
+pub(super) fn close(shared: &Arc<Shared>) {
+    let deadline = Instant::now() + DEVICE_PATIENCE;
+    let handed = shared.close_for_exit(deadline, !releasing());
+    finish(shared, handed, deadline);
+}
+
+/// After [`Shared::close_for_exit`]: waits for the release thread (if `handed` the work) to
+/// release and stop, up to `deadline` and [`THREAD_PATIENCE`] past it, then releases what is
+/// left (what nobody released: no release thread ran, or the hook runs on it) elsewhere.
+fn finish(shared: &Arc<Shared>, handed: bool, deadline: Instant) {
+    if handed {
         let mut state = shared.state.lock();
         while state.running {
-            if shared.changed.wait_until(&mut state, deadline).timed_out() {
+            if shared
+                .changed
+                .wait_until(&mut state, deadline + THREAD_PATIENCE)
+                .timed_out()
+            {
                 tracing::warn!(
                     "graph-rt: a release thread did not stop at exit: leaving what it holds"
                 );
@@ -146,5 +214,42 @@ pub(super) fn close(shared: &Shared) {
             }
         }
     }
-    shared.release_everything(CAPTURE_PATIENCE, Some(Instant::now() + DEVICE_PATIENCE));
+    release_elsewhere(shared, deadline);
+}
+
+/// Releases what is still parked on `shared` on a thread started for it, waiting for it as long
+/// as [`finish`] waits for a release thread: not on this one, whose thread-locals are gone
+/// (see the module's documentation). On this one where no thread can be started, or where this
+/// thread is releasing (it holds the lock that releasing takes).
+fn release_elsewhere(shared: &Arc<Shared>, deadline: Instant) {
+    if shared.state.lock().entries.is_empty() {
+        return;
+    }
+    let here = || shared.release_everything(CAPTURE_PATIENCE, Some(deadline));
+    if releasing() {
+        return here();
+    }
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let theirs = shared.clone();
+    // Starting a thread inside an exit handler may fail, or panic in std's bookkeeping of the
+    // exiting thread: then the releasing is done here.
+    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        std::thread::Builder::new()
+            .name("graph-rt-exit".into())
+            .spawn(move || {
+                theirs.release_everything(CAPTURE_PATIENCE, Some(deadline));
+                let _ = done.send(());
+            })
+    }));
+    match spawned {
+        Ok(Ok(_)) => {
+            let patience = (deadline + THREAD_PATIENCE).saturating_duration_since(Instant::now());
+            if wait.recv_timeout(patience).is_err() {
+                tracing::warn!(
+                    "graph-rt: the releasing at exit did not finish: leaving what it holds"
+                );
+            }
+        }
+        _ => here(),
+    }
 }

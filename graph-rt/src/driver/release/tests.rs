@@ -1,6 +1,7 @@
 //! CPU tests of the queue's logic, with fake fences (flags) and no context: release order,
 //! the release thread working on its own, reclaims, teardown (also by the release thread,
-//! dropping the last holder of its own queue, as a context's last parked batch does) and exit.
+//! dropping the last holder of its own queue, as a context's last parked batch does) and exit
+//! (released by the release thread, or a thread started for it, never by the exiting thread).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -293,6 +294,54 @@ fn exit_stops_the_thread_and_releases_what_is_parked() {
     drop(capture);
     drop(q);
     assert!(!log.lock().contains(&2), "released during a capture");
+}
+
+/// Logs the name of the thread that drops (releases) it.
+struct Where(Arc<Mutex<Vec<Option<String>>>>);
+
+impl Drop for Where {
+    fn drop(&mut self) {
+        let name = std::thread::current().name().map(str::to_owned);
+        self.0.lock().push(name);
+    }
+}
+
+#[test]
+fn exit_releases_on_the_release_thread_not_on_the_exiting_one() {
+    let _serial = SERIAL.lock();
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let names = Arc::new(Mutex::new(Vec::new()));
+    let (f, g) = (flag(), flag());
+    park(&q, &f, Where(names.clone()));
+    park(&q, &g, Where(names.clone()));
+    // The fences pass while the hook waits.
+    let setter = {
+        let (f, g) = (f.clone(), g.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            g.store(true, Ordering::Release);
+            f.store(true, Ordering::Release);
+        })
+    };
+    super::exit::close(&q.shared);
+    assert_eq!(q.parked(), 0);
+    assert!(!q.shared.state.lock().running);
+    let release = Some("graph-rt-release".to_owned());
+    assert_eq!(*names.lock(), [release.clone(), release]);
+    setter.join().unwrap();
+}
+
+#[test]
+fn exit_without_a_release_thread_releases_on_a_thread_started_for_it() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let names = Arc::new(Mutex::new(Vec::new()));
+    let f = flag();
+    park(&q, &f, Where(names.clone()));
+    f.store(true, Ordering::Release);
+    super::exit::close(&q.shared);
+    assert_eq!(q.parked(), 0);
+    assert_eq!(*names.lock(), [Some("graph-rt-exit".to_owned())]);
 }
 
 #[test]
