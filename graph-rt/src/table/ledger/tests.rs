@@ -313,7 +313,11 @@ fn ledger_cost_per_binding() {
 fn ledger_cost_parts() {
     let slots: usize = 1001;
     let sets: Vec<Vec<u64>> = (0..2)
-        .map(|s| (0..slots).map(|i| ((s * slots + i) as u64 + 1) * 16).collect())
+        .map(|s| {
+            (0..slots)
+                .map(|i| ((s * slots + i) as u64 + 1) * 16)
+                .collect()
+        })
         .collect();
     let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
     for _ in 0..slots {
