@@ -62,6 +62,9 @@ __device__ __forceinline__ void refresh_acknowledge(unsigned long long* seq, uns
         if (atomicAdd(seq + 1, 1ULL) != gridDim.x - 1) {
             return;
         }
+        // Every other block's mirror reads happened before its arrival: order them before the
+        // acknowledgement below.
+        __threadfence();
         // Every block has read seq[0] and the mirror: reset the count for the next refresh.
         seq[1] = 0;
     }

@@ -76,6 +76,9 @@ __device__ __forceinline__ void refresh_acknowledge(unsigned long long* seq, uns
         if (atomicAdd(seq + 1, 1ULL) != gridDim.x - 1) {
             return;
         }
+        // Every other block's mirror reads happened before its arrival: order them before the
+        // acknowledgement below.
+        __threadfence();
         seq[1] = 0;
     }
     *(volatile unsigned long long*)seq = s + 1;

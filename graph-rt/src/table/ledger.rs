@@ -238,9 +238,8 @@ impl<R> Ledger<R> {
             });
             self.union.count()
         };
-        // This launch's marks become the mirror's; its older ones are cleared for reuse.
-        std::mem::swap(&mut self.history[m], &mut self.current);
-        self.current.clear();
+        // The marks move to the mirror's history only once the launch is made
+        // (`Ledger::launched`): a launch that fails after staging is staged again with them.
         written
     }
 
@@ -255,8 +254,12 @@ impl<R> Ledger<R> {
         self.finished = self.next_seq;
     }
 
-    /// Counts a launch made after [`Ledger::stage`].
+    /// Counts a launch made after [`Ledger::stage`]: the marks staged for it become its
+    /// mirror's, and the mirror's older ones are cleared for reuse.
     pub(super) fn launched(&mut self) {
+        let (m, _) = self.next_mirror();
+        std::mem::swap(&mut self.history[m], &mut self.current);
+        self.current.clear();
         self.next_seq += 1;
     }
 
