@@ -4,14 +4,15 @@
 //! the user's. Dropping never waits for the device, and never does the slow host work of
 //! destroying (a 1000-node exec costs about a millisecond to destroy) on the dropping thread.
 //!
-//! The release thread (one per context, started by the first park or instantiation) polls the
-//! fences with `cuEventQuery`, backing off up to a millisecond while none has passed, and sleeps
-//! while nothing is parked. `Context::poll` releases what has passed on the calling thread,
+//! The release thread (one per context, started by the first park, deferred drop or
+//! instantiation) polls the fences with `cuEventQuery`, backing off up to a millisecond while
+//! none has passed, and sleeps while nothing is parked. `Context::poll` releases what has passed on the calling thread,
 //! `Context::synchronize` releases everything parked before it once the device is idle.
 //!
 //! An allocation that fails for lack of memory asks the release thread to release what is parked
 //! ([`ReleaseQueue::reclaim`]): it waits for the fences of what was parked so far, releases it
-//! (and what that release frees in turn), and the allocation is retried once.
+//! (and what that release frees in turn), waits for what other threads are releasing, and the
+//! allocation is retried once.
 //!
 //! Parked batches hold their context, so a context whose every user handle is gone lives on
 //! until its release thread has released the last batch: that release drops the context, whose
@@ -23,7 +24,8 @@
 //! that thread's thread-locals (cuBLAS's runtime keeps its own) are gone.
 //!
 //! Releasing frees memory, which a stream capture in global mode forbids in every thread: a
-//! releasing thread holds [`capture_lock`] exclusively while it releases, and graph-rt's captures
+//! releasing thread holds [`capture_lock`] exclusively while it releases (never while it waits
+//! for a fence: it waits first, then takes the lock for what is ready), and graph-rt's captures
 //! in global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt
 //! did not start (another library's) is not seen: start those in thread-local mode, or call
 //! `Context::synchronize` first.
@@ -53,8 +55,19 @@ pub(crate) type Parked = Box<dyn Any + Send>;
 /// Held shared by graph-rt's global-mode captures, exclusively by a thread releasing.
 static CAPTURE_LOCK: RwLock<()> = RwLock::new(());
 
+/// How many threads hold [`CAPTURE_LOCK`] exclusively to release (0 or 1), as opposed to the
+/// captures that hold it shared: a release waits for other releases, and gives up only on a
+/// capture.
+static RELEASES: AtomicUsize = AtomicUsize::new(0);
+
 /// The release thread's shortest and longest pause between polls while nothing has passed.
 const BACKOFF: (Duration, Duration) = (Duration::from_micros(20), Duration::from_millis(1));
+/// How long teardown (and what is parked on a closed queue, but at exit) waits for graph-rt's
+/// global-mode captures to end before it leaks what it would release.
+const TEARDOWN_PATIENCE: Duration = Duration::from_millis(100);
+/// How long a reclaim waits for the batches other threads are releasing (`poll`,
+/// `synchronize`) to be released, past its own fences.
+const RECLAIM_PATIENCE: Duration = Duration::from_secs(1);
 
 thread_local! {
     /// The queue this thread is the release thread of (its address; 0 on other threads): a
@@ -102,21 +115,53 @@ fn capturing() -> bool {
 /// [`CAPTURE_LOCK`] held exclusively by this thread, or already held by it further up.
 struct Exclusive(Option<RwLockWriteGuard<'static, ()>>);
 
+/// Why [`Exclusive::take_after_releases`] gave up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Blocked {
+    /// A global-mode capture of graph-rt still ran after the patience.
+    Capture,
+    /// Releases on other threads still held the lock at the deadline.
+    Releases,
+}
+
 impl Exclusive {
-    /// Waits up to `patience` for graph-rt's global-mode captures to end.
+    /// Waits up to `patience` for graph-rt's global-mode captures to end (and for releases on
+    /// other threads meanwhile).
     fn take(patience: Duration) -> Option<Self> {
         if releasing() {
             return Some(Self(None));
         }
         let guard = CAPTURE_LOCK.try_write_for(patience)?;
         let _ = RELEASING.try_with(|r| r.set(true));
+        RELEASES.fetch_add(1, Ordering::AcqRel);
         Some(Self(Some(guard)))
+    }
+
+    /// Waits as long as releases on other threads hold the lock (until `deadline`, if any:
+    /// they take it a batch at a time, and never wait for the device with it), and up to
+    /// `patience` in all for graph-rt's global-mode captures to end.
+    fn take_after_releases(patience: Duration, deadline: Option<Instant>) -> Result<Self, Blocked> {
+        let start = Instant::now();
+        loop {
+            if let Some(exclusive) = Self::take(Duration::from_millis(1)) {
+                return Ok(exclusive);
+            }
+            let now = Instant::now();
+            if RELEASES.load(Ordering::Acquire) > 0 {
+                if deadline.is_some_and(|d| now >= d) {
+                    return Err(Blocked::Releases);
+                }
+            } else if now.duration_since(start) >= patience {
+                return Err(Blocked::Capture);
+            }
+        }
     }
 }
 
 impl Drop for Exclusive {
     fn drop(&mut self) {
         if self.0.is_some() {
+            RELEASES.fetch_sub(1, Ordering::AcqRel);
             let _ = RELEASING.try_with(|r| r.set(false));
         }
     }
@@ -145,8 +190,12 @@ struct State {
     // The process exits: the release thread releases everything parked, waiting for the fences
     // until this deadline, before it stops (see `exit.rs`).
     exit_deadline: Option<Instant>,
+    // The process exits: what is parked from now on waits for its fence until this deadline at
+    // most (set whether or not the release thread was handed the rest).
+    device_deadline: Option<Instant>,
     // Reclaims (allocations out of memory): the release thread waits for the fences of what was
-    // parked before `drain_mark`, releases it, and sets `drained` to the ticket it served.
+    // parked before `drain_mark`, releases it, waits for what other threads are releasing, and
+    // sets `drained` to the ticket it served.
     drain_ticket: u64,
     drained: u64,
     drain_mark: u64,
@@ -224,10 +273,18 @@ impl ReleaseQueue {
     }
 
     /// Drops `parked` on the release thread (its drop waits for the device itself where it
-    /// must), or here when there is no release thread.
+    /// must), starting it if it was not. Where no release thread can be started, drops it here
+    /// (after other threads' releases) unless a global-mode capture of graph-rt runs: then it
+    /// waits for `poll`, `synchronize`, a reclaim or teardown.
     pub(crate) fn release_later(&self, parked: Parked) {
-        if !self.shared.state.lock().running {
-            return release_guarded(parked);
+        self.start();
+        let state = self.shared.state.lock();
+        let queued = state.running || state.closed;
+        drop(state);
+        if !queued {
+            if let Ok(_no_capture) = Exclusive::take_after_releases(Duration::ZERO, None) {
+                return release_guarded(parked);
+            }
         }
         self.push(Fence::None, vec![parked]);
     }
@@ -238,8 +295,9 @@ impl ReleaseQueue {
         exit::arm();
         let mut state = self.shared.state.lock();
         if state.closed {
+            let deadline = state.device_deadline;
             drop(state);
-            return release_in_place(fence, parked);
+            return self.shared.release_in_place(fence, parked, deadline);
         }
         let seq = state.next_seq;
         state.next_seq += 1;
@@ -250,7 +308,8 @@ impl ReleaseQueue {
     }
 
     /// Starts the release thread unless it was started. Instantiation calls this, so that the
-    /// first drop of an exec does not pay for starting a thread.
+    /// first drop of an exec does not pay for starting a thread; so does
+    /// [`ReleaseQueue::release_later`], so that memory is freed there and not where it is dropped.
     pub(crate) fn start(&self) {
         let mut state = self.shared.state.lock();
         if state.started || state.closed {
@@ -316,7 +375,8 @@ impl ReleaseQueue {
 
     /// After an allocation failed for lack of memory: has the release thread wait for the
     /// fences of everything parked so far and release it (with what that release frees in
-    /// turn), and waits until it has. Returns whether anything was parked, i.e. whether retrying
+    /// turn), and for what other threads are releasing (up to a second), and waits until it
+    /// has. Returns whether anything was parked, i.e. whether retrying
     /// the allocation may succeed. Waits for nothing, and returns false, on a release thread,
     /// while this thread releases, and while a global-mode capture of graph-rt runs (perhaps on
     /// this thread: freeing memory would invalidate it). Without a release thread, releases on
@@ -354,8 +414,7 @@ impl ReleaseQueue {
                 let _ = handle.join();
             }
         }
-        self.shared
-            .release_everything(Duration::from_millis(100), None);
+        self.shared.release_everything(TEARDOWN_PATIENCE, None);
     }
 
     /// How many batches are parked (not counting those being released).
@@ -451,6 +510,7 @@ impl Shared {
     fn close_for_exit(&self, deadline: Instant, hand: bool) -> bool {
         let mut state = self.state.lock();
         state.closed = true;
+        state.device_deadline = Some(deadline);
         let handed = hand && state.running && !is_release_thread_of(self);
         if handed {
             state.exit_deadline = Some(deadline);
@@ -463,47 +523,125 @@ impl Shared {
     /// After `close`, with the thread stopped (or on the thread itself, at exit): releases
     /// every batch, waiting for its fence first (until `device_deadline`, if any: at exit), in
     /// parking order; batches whose fence did not pass (a capture that has not ended, work past
-    /// the deadline) are leaked. Waits up to `patience` for graph-rt's global-mode captures to
-    /// end, and leaks everything if one still runs.
+    /// the deadline) are leaked. The fences are waited for without [`CAPTURE_LOCK`], which is
+    /// taken for each run of batches that are ready: other threads' releases (other contexts
+    /// at exit) are waited for (until `device_deadline`), graph-rt's global-mode captures up to
+    /// `patience`; if one still runs, everything left is leaked.
     fn release_everything(&self, patience: Duration, device_deadline: Option<Instant>) {
-        if self.state.lock().entries.is_empty() {
-            return;
-        }
         let at_exit = device_deadline.is_some();
-        let Some(_no_capture) = Exclusive::take(patience) else {
-            // Leaked, not dropped with the queue later: freeing would invalidate the capture.
-            let entries = std::mem::take(&mut self.state.lock().entries);
-            let n = entries.len();
-            if at_exit {
-                self.exit_leaked.fetch_add(n, Ordering::Relaxed);
-            }
-            tracing::warn!("graph-rt: a capture runs while a context's parked batches are released at teardown or exit: leaking {n} batches");
-            return std::mem::forget(entries);
-        };
-        self.make_current();
         loop {
-            let entries = std::mem::take(&mut self.state.lock().entries);
-            if entries.is_empty() {
+            let Some(mut first) = self.state.lock().entries.pop_front() else {
                 return;
+            };
+            // Waiting, and recording the event of a fence whose capture has ended, need the
+            // context (a parked drop may have made another one current).
+            self.make_current();
+            if !wait_for(&mut first.fence, device_deadline) {
+                self.leak_unpassed(first, at_exit);
+                continue;
             }
-            for mut e in entries {
-                match device_deadline {
-                    Some(deadline) if !e.fence.wait_until(deadline) => {
-                        tracing::warn!(
-                            "graph-rt: the device still uses a parked batch at exit: leaking it"
-                        );
-                        self.exit_leaked.fetch_add(1, Ordering::Relaxed);
-                        std::mem::forget(e.parked);
+            // And the batches after it whose fences have passed meanwhile.
+            let mut ready = vec![first];
+            {
+                let mut state = self.state.lock();
+                while let Some(e) = state.entries.front_mut() {
+                    e.fence.refresh();
+                    if !e.fence.passed() {
+                        break;
                     }
-                    _ => {
-                        release_in_place(e.fence, e.parked);
-                        if at_exit {
-                            self.exit_released.fetch_add(1, Ordering::Relaxed);
-                        }
-                    }
+                    ready.extend(state.entries.pop_front());
                 }
             }
+            let _no_capture = match Exclusive::take_after_releases(patience, device_deadline) {
+                Ok(exclusive) => exclusive,
+                Err(blocked) => {
+                    // Leaked, not dropped with the queue later: freeing would invalidate the
+                    // capture (or the releases holding the lock went past the exit's deadline).
+                    let rest = std::mem::take(&mut self.state.lock().entries);
+                    let n = ready.len() + rest.len();
+                    if at_exit {
+                        self.exit_leaked.fetch_add(n, Ordering::Relaxed);
+                    }
+                    match blocked {
+                        Blocked::Capture => tracing::warn!("graph-rt: a capture runs while a context's parked batches are released at teardown or exit: leaking {n} batches"),
+                        Blocked::Releases => tracing::warn!("graph-rt: other releases held the capture lock past the exit's deadline: leaking {n} batches"),
+                    }
+                    std::mem::forget(ready);
+                    return std::mem::forget(rest);
+                }
+            };
+            self.make_current();
+            let n = ready.len();
+            release(ready);
+            if at_exit {
+                self.exit_released.fetch_add(n, Ordering::Relaxed);
+            }
         }
+    }
+
+    /// Leaks a batch whose fence has not passed (in [`Shared::release_everything`]).
+    fn leak_unpassed(&self, e: Entry, at_exit: bool) {
+        if at_exit {
+            tracing::warn!("graph-rt: the device still uses a parked batch at exit: leaking it");
+            self.exit_leaked.fetch_add(1, Ordering::Relaxed);
+        } else {
+            tracing::warn!(
+                "graph-rt: a batch parked during a capture that has not ended is leaked"
+            );
+        }
+        std::mem::forget(e.parked);
+    }
+
+    /// Releases a batch parked on the closed queue, on this thread, once its fence has passed
+    /// (waiting for it until `device_deadline`, if any: at exit), holding [`CAPTURE_LOCK`]
+    /// (taken after the wait, as [`Shared::release_everything`] takes it). One whose stream
+    /// still captures, whose fence has not passed by the deadline, or that a global-mode
+    /// capture of graph-rt keeps from being freed, is leaked: nothing can tell when the device
+    /// stops using it, or freeing it would invalidate the capture.
+    fn release_in_place(&self, mut fence: Fence, parked: Vec<Parked>, deadline: Option<Instant>) {
+        let at_exit = deadline.is_some();
+        if !wait_for(&mut fence, deadline) {
+            return self.leak_unpassed(
+                Entry {
+                    seq: 0,
+                    fence,
+                    parked,
+                },
+                at_exit,
+            );
+        }
+        let patience = if at_exit {
+            exit::CAPTURE_PATIENCE
+        } else {
+            TEARDOWN_PATIENCE
+        };
+        let _no_capture = match Exclusive::take_after_releases(patience, deadline) {
+            Ok(exclusive) => exclusive,
+            Err(blocked) => {
+                if at_exit {
+                    self.exit_leaked.fetch_add(1, Ordering::Relaxed);
+                }
+                match blocked {
+                    Blocked::Capture => tracing::warn!("graph-rt: a capture runs while a batch parked on a closed context is released: leaking it"),
+                    Blocked::Releases => tracing::warn!("graph-rt: other releases held the capture lock past the exit's deadline: leaking a batch"),
+                }
+                return std::mem::forget(parked);
+            }
+        };
+        drop(fence);
+        parked.into_iter().for_each(release_guarded);
+        if at_exit {
+            self.exit_released.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Waits for `fence` to pass, until `deadline` if any. Returns false when it has not passed
+/// then, or cannot be waited for (a capture still running).
+fn wait_for(fence: &mut Fence, deadline: Option<Instant>) -> bool {
+    match deadline {
+        Some(deadline) => fence.wait_until(deadline),
+        None => fence.wait(),
     }
 }
 
@@ -544,18 +682,6 @@ fn release_guarded(parked: Parked) {
     }
 }
 
-/// Releases a batch on this thread once its fence has passed (waiting for it); one whose stream
-/// still captures is leaked, since nothing can tell when the device stops using it.
-fn release_in_place(mut fence: Fence, parked: Vec<Parked>) {
-    if fence.wait() {
-        drop(fence);
-        parked.into_iter().for_each(release_guarded);
-    } else {
-        tracing::warn!("graph-rt: a batch parked during a capture that has not ended is leaked");
-        std::mem::forget(parked);
-    }
-}
-
 /// The fences to wait for before releasing what was parked before `mark` (a reclaim).
 fn waits_before(entries: &VecDeque<Entry>, mark: u64) -> Vec<Fence> {
     entries
@@ -589,41 +715,55 @@ fn release_thread(shared: &Shared) {
 /// exit, if the queue was closed for the process's exit.
 fn release_until_closed(shared: &Shared) -> Option<Instant> {
     let mut backoff = BACKOFF.0;
+    // The reclaim waiting for other threads' releases, and until when it waits for them.
+    let mut others: Option<(u64, Instant)> = None;
     let mut state = shared.state.lock();
     while !state.closed {
         let drain = (state.drained < state.drain_ticket).then_some(state.drain_ticket);
-        if state.entries.is_empty() {
-            match drain {
-                Some(ticket) => {
-                    state.drained = ticket;
-                    shared.changed.notify_all();
+        let mut released = 0;
+        if !state.entries.is_empty() {
+            let waits = match drain {
+                Some(_) => waits_before(&state.entries, state.drain_mark),
+                None => Vec::new(),
+            };
+            let round = MutexGuard::unlocked(&mut state, || {
+                shared.make_current();
+                // A reclaim: wait for the device first, without the capture lock (holding it
+                // would keep graph-rt's global-mode captures, and other contexts' releases,
+                // waiting for the device too).
+                for mut fence in waits {
+                    fence.wait();
                 }
-                None => shared.changed.wait(&mut state),
-            }
+                // Waits for graph-rt's global-mode captures to end, checking for closing
+                // meanwhile (the context may be torn down by a thread that captures).
+                let _no_capture = Exclusive::take(Duration::from_millis(1))?;
+                Some(shared.release_round(None))
+            });
+            let Some(round) = round else {
+                continue;
+            };
+            released = round;
+        } else if drain.is_none() {
+            shared.changed.wait(&mut state);
             continue;
         }
-        let waits = match drain {
-            Some(_) => waits_before(&state.entries, state.drain_mark),
-            None => Vec::new(),
-        };
-        let released = MutexGuard::unlocked(&mut state, || {
-            // Waits for graph-rt's global-mode captures to end, checking for closing meanwhile
-            // (the context may be torn down by a thread that captures). Waiting for fences too
-            // is not for the time of a capture: no capture starts until they have passed.
-            let no_capture = Exclusive::take(Duration::from_millis(1))?;
-            shared.make_current();
-            // A reclaim: wait for the device first.
-            for mut fence in waits {
-                fence.wait();
-            }
-            let released = shared.release_round(None);
-            drop(no_capture);
-            Some(released)
-        });
-        let Some(released) = released else {
-            continue;
-        };
         if let Some(ticket) = drain {
+            // Batches other threads are releasing (`poll`, `synchronize`) were parked before
+            // the reclaim too: it waits for them, and for what they park in turn, for a while.
+            if state.in_progress > 0 {
+                let until = match others {
+                    Some((t, until)) if t == ticket => until,
+                    _ => {
+                        let until = Instant::now() + RECLAIM_PATIENCE;
+                        others = Some((ticket, until));
+                        until
+                    }
+                };
+                if Instant::now() < until {
+                    shared.changed.wait_until(&mut state, until);
+                    continue;
+                }
+            }
             state.drained = ticket;
             shared.changed.notify_all();
         }

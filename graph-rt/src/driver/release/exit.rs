@@ -17,9 +17,11 @@
 //! thread-locals before it runs the exit handlers, so a parked drop run there finds the thread
 //! half torn down (Rust's own thread-locals, and those of the libraries it calls into: the CUDA
 //! runtime inside cuBLAS keeps per-thread state), while the release thread is whole until the hook
-//! has waited for it. All release threads work at once. Where a queue has no release thread (it
-//! could not be started, or the hook runs on it), a thread started for the purpose does it, or,
-//! failing that, the hook's own.
+//! has waited for it. All release threads work at once: each waits for the device without the lock
+//! that releasing takes, and takes it only to release what is ready, so that none keeps the others
+//! (or graph-rt's captures) waiting for its fences, and each waits for the others' releases rather
+//! than give up on them. Where a queue has no release thread (it could not be started, or the hook
+//! runs on it), a thread started for the purpose does it, or, failing that, the hook's own.
 //!
 //! The hook may run on any thread (`std::process::exit` from a worker), while other threads still
 //! use graph-rt, and while a capture runs: it waits a bounded time for the device to finish with
@@ -148,6 +150,12 @@ fn close_all() {
     };
     let queues: Vec<Arc<Shared>> = live.iter().filter_map(Weak::upgrade).collect();
     drop(live);
+    close_queues(&queues);
+}
+
+/// What the hook does to `queues`: has each one's release thread release what is parked on it
+/// and stop, all threads at once, and waits for them.
+pub(super) fn close_queues(queues: &[Arc<Shared>]) {
     let parked: usize = queues
         .iter()
         .map(|q| {
@@ -190,9 +198,7 @@ fn close_all() {
 /// the fences, and stops (for tests).
 #[cfg(test)]
 pub(super) fn close(shared: &Arc<Shared>) {
-    let deadline = Instant::now() + DEVICE_PATIENCE;
-    let handed = shared.close_for_exit(deadline, !releasing());
-    finish(shared, handed, deadline);
+    close_queues(std::slice::from_ref(shared));
 }
 
 /// After [`Shared::close_for_exit`]: waits for the release thread (if `handed` the work) to

@@ -1,7 +1,8 @@
 //! CPU tests of the queue's logic, with fake fences (flags) and no context: release order,
 //! the release thread working on its own, reclaims, teardown (also by the release thread,
 //! dropping the last holder of its own queue, as a context's last parked batch does) and exit
-//! (released by the release thread, or a thread started for it, never by the exiting thread).
+//! (released by the release thread, or a thread started for it, never by the exiting thread),
+//! with several queues at once (fences waited for without the capture lock).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::fence::Fence;
-use super::{capture_lock, Parked, ReleaseQueue};
+use super::{capture_lock, Parked, ReleaseQueue, CAPTURE_LOCK};
 
 /// The tests share [`super::CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -178,16 +179,54 @@ fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
         let fences = fences.clone();
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
+            // The release thread waits for the fences without the capture lock.
+            let free = !CAPTURE_LOCK.is_locked();
             for f in fences.iter().rev() {
                 f.store(true, Ordering::Release);
             }
+            free
         })
     };
     assert!(q.reclaim());
     assert_eq!(q.parked(), 0, "the reclaim returned before the release");
     assert_eq!(log.lock().len(), 3);
     assert_eq!(q.reclaims(), 1);
-    setter.join().unwrap();
+    assert!(
+        setter.join().unwrap(),
+        "the capture lock was held while waiting for the fences"
+    );
+}
+
+#[test]
+fn a_reclaim_waits_for_batches_another_thread_is_releasing() {
+    let _serial = SERIAL.lock();
+    let q = Arc::new(ReleaseQueue::new(std::ptr::null_mut()));
+    q.start();
+    // A batch taken by a `poll` on another thread, being released there.
+    q.shared.state.lock().in_progress += 1;
+    let reclaim = {
+        let q = q.clone();
+        std::thread::spawn(move || q.reclaim())
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        !reclaim.is_finished(),
+        "the reclaim returned while a batch was still being released"
+    );
+    // That release parks something again, and ends.
+    let log = Log::default();
+    let f = flag();
+    f.store(true, Ordering::Release);
+    park(&q, &f, Item(7, log.clone()));
+    q.shared.state.lock().in_progress -= 1;
+    q.shared.changed.notify_all();
+    assert!(reclaim.join().unwrap());
+    assert_eq!(
+        *log.lock(),
+        [7],
+        "what the release parked again was not released"
+    );
+    assert_eq!(q.parked(), 0);
 }
 
 /// Holds the queue, as a parked batch holds its context (whose teardown tears the queue down).
@@ -363,6 +402,142 @@ fn exit_leaks_what_the_device_still_uses_past_its_patience() {
     drop(q);
     // The batch still in use is leaked (never dropped), the other released.
     assert_eq!(*log.lock(), [1]);
+}
+
+/// Sets `fences` after `after`; returns whether the capture lock was free just before (nobody
+/// waited for a fence while holding it).
+fn set_later(fences: &[Arc<AtomicBool>], after: Duration) -> std::thread::JoinHandle<bool> {
+    let fences = fences.to_vec();
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        let free = !CAPTURE_LOCK.is_locked();
+        for f in &fences {
+            f.store(true, Ordering::Release);
+        }
+        free
+    })
+}
+
+#[test]
+fn queues_closed_at_exit_at_once_all_release_everything() {
+    let _serial = SERIAL.lock();
+    let log = Log::default();
+    let queues: Vec<_> = (0..3)
+        .map(|_| ReleaseQueue::new(std::ptr::null_mut()))
+        .collect();
+    let fences: Vec<_> = (0..3).map(|_| flag()).collect();
+    for (i, (q, f)) in queues.iter().zip(&fences).enumerate() {
+        park(q, f, Item(i as u32, log.clone()));
+        assert!(q.shared.state.lock().running);
+    }
+    // Longer than a release waits for a capture to end: the threads wait for one another's
+    // fences in vain if they wait holding the lock.
+    let setter = set_later(
+        &fences,
+        super::exit::CAPTURE_PATIENCE + Duration::from_millis(100),
+    );
+    let shared: Vec<_> = queues.iter().map(|q| q.shared.clone()).collect();
+    super::exit::close_queues(&shared);
+    assert!(
+        setter.join().unwrap(),
+        "a fence was waited for holding the capture lock"
+    );
+    let mut released = log.lock().clone();
+    released.sort();
+    assert_eq!(released, [0, 1, 2]);
+    for q in &queues {
+        assert_eq!(q.parked(), 0);
+        assert!(!q.shared.state.lock().running);
+        assert_eq!(q.shared.exit_released.load(Ordering::Relaxed), 1);
+        assert_eq!(q.shared.exit_leaked.load(Ordering::Relaxed), 0);
+    }
+}
+
+#[test]
+fn queues_torn_down_at_once_all_release_everything() {
+    let _serial = SERIAL.lock();
+    let log = Log::default();
+    let queues: Vec<_> = (0..3)
+        .map(|_| Arc::new(ReleaseQueue::new(std::ptr::null_mut())))
+        .collect();
+    let fences: Vec<_> = (0..3).map(|_| flag()).collect();
+    for (i, (q, f)) in queues.iter().zip(&fences).enumerate() {
+        park(q, f, Item(i as u32, log.clone()));
+    }
+    // Longer than teardown waits for a capture to end.
+    let setter = set_later(
+        &fences,
+        super::TEARDOWN_PATIENCE + Duration::from_millis(100),
+    );
+    let teardowns: Vec<_> = queues
+        .iter()
+        .map(|q| {
+            let q = q.clone();
+            std::thread::spawn(move || q.teardown())
+        })
+        .collect();
+    teardowns.into_iter().for_each(|t| t.join().unwrap());
+    assert!(
+        setter.join().unwrap(),
+        "a fence was waited for holding the capture lock"
+    );
+    let mut released = log.lock().clone();
+    released.sort();
+    assert_eq!(released, [0, 1, 2]);
+}
+
+#[test]
+fn a_batch_parked_on_a_queue_closed_at_exit_waits_until_the_deadline() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let (done, never) = (flag(), flag());
+    done.store(true, Ordering::Release);
+    // Closed at exit with no release thread: what is parked now (as by a parked drop that parks
+    // again) is released where it is parked.
+    let start = Instant::now();
+    assert!(!q
+        .shared
+        .close_for_exit(start + Duration::from_millis(20), true));
+    park(&q, &never, Item(0, log.clone()));
+    assert!(start.elapsed() < Duration::from_secs(1), "the exit hung");
+    park(&q, &done, Item(1, log.clone()));
+    assert_eq!(q.parked(), 0);
+    assert_eq!(q.shared.exit_leaked.load(Ordering::Relaxed), 1);
+    assert_eq!(q.shared.exit_released.load(Ordering::Relaxed), 1);
+    drop(q);
+    // The batch still in use is leaked (never dropped), the other released.
+    assert_eq!(*log.lock(), [1]);
+}
+
+#[test]
+fn release_later_starts_the_release_thread_and_frees_nothing_during_a_capture() {
+    let _serial = SERIAL.lock();
+    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let names = Arc::new(Mutex::new(Vec::new()));
+    let capture = capture_lock();
+    q.release_later(Box::new(Where(names.clone())));
+    assert!(
+        q.shared.state.lock().running,
+        "release_later starts the thread"
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(names.lock().is_empty(), "released during a capture");
+    drop(capture);
+    eventually("released", || !names.lock().is_empty());
+    assert_eq!(*names.lock(), [Some("graph-rt-release".to_owned())]);
+    // Where no thread runs: dropped here, but not during a capture (then left for `poll`).
+    let q = quiet_queue();
+    let log = Log::default();
+    q.release_later(Box::new(Item(0, log.clone())));
+    assert_eq!(*log.lock(), [0]);
+    let capture = capture_lock();
+    q.release_later(Box::new(Item(1, log.clone())));
+    assert_eq!(*log.lock(), [0]);
+    assert_eq!(q.parked(), 1);
+    drop(capture);
+    assert_eq!(q.poll(), 0);
+    assert_eq!(*log.lock(), [0, 1]);
 }
 
 #[cfg(target_os = "linux")]
