@@ -20,7 +20,8 @@
 //!
 //! `sys` holds the hand-written bindings and the loader, `handle` the safe type, `order` the
 //! ordering against other streams; the pure size checks are here, with their tests. Depends on
-//! `driver`, `error` and `resource` only.
+//! `driver`, `graph` (a capture's event-wait node for buffers of another stream), `error` and
+//! `resource` only.
 
 mod handle;
 mod order;

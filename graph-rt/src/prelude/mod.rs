@@ -11,7 +11,7 @@
 //! it) or the caller asks so, the same words are rewritten from the host before each launch
 //! (per-node exec updates), and [`PreludeReport`] says which and why.
 //!
-//! Depends on `driver/`, `graph/`, `table/` and `discover/`.
+//! Depends on `driver/`, `launch/`, `graph/`, `table/` and `discover/`.
 
 mod install;
 
