@@ -624,16 +624,8 @@ impl Drop for Cublas {
             Box::new(self.order_event.take()),
             Box::new(self.kept.take()),
         ];
-        let inner = &ctx.inner;
-        // Cannot tell when the stream's work ends: leak the handle rather than destroy it under
-        // a capture (`park` leaks the batch itself when it fails).
-        let r = match inner.bind() {
-            Ok(()) => inner.released.park(&stream, parked),
-            Err(e) => {
-                std::mem::forget(parked);
-                Err(e)
-            }
-        };
-        inner.record(r);
+        // Where the stream's work cannot be fenced, the handle is leaked, never destroyed under
+        // a capture.
+        ctx.inner.park_from_drop(&stream, parked);
     }
 }

@@ -290,6 +290,26 @@ impl ContextInner {
             self.deferred.lock().push(e);
         }
     }
+
+    /// From a `Drop`: parks `parked` on this context's release queue until the work queued on
+    /// `stream` so far has finished. Never blocks; an error is recorded (see
+    /// [`ContextInner::record`]), and when the context cannot even be made current nothing
+    /// can tell when that work ends, so `parked` is leaked rather than freed under the
+    /// device's feet (`park` leaks it itself when it fails).
+    pub(crate) fn park_from_drop(
+        &self,
+        stream: &Arc<super::stream::StreamInner>,
+        parked: Vec<super::Parked>,
+    ) {
+        let r = match self.bind() {
+            Ok(()) => self.released.park(stream, parked),
+            Err(e) => {
+                std::mem::forget(parked);
+                Err(e)
+            }
+        };
+        self.record(r);
+    }
 }
 
 impl Drop for ContextInner {

@@ -606,15 +606,6 @@ impl Drop for GraphExec {
                     .collect::<Vec<_>>(),
             ),
         ];
-        // Cannot tell when the last launch ends: leak the exec and what it kept rather than
-        // free them under the device's feet (`park` leaks them itself when it fails).
-        let r = match inner.bind() {
-            Ok(()) => inner.released.park(&stream, parked),
-            Err(e) => {
-                std::mem::forget(parked);
-                Err(e)
-            }
-        };
-        inner.record(r);
+        inner.park_from_drop(&stream, parked);
     }
 }

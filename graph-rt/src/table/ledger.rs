@@ -92,7 +92,6 @@ impl Marks {
 
 /// The host's side of a table of `depth` mirrors; `R` is what a binding keeps alive.
 pub(super) struct Ledger<R> {
-    depth: usize,
     /// The bindings, as the next launch will see them.
     pub(super) words: Vec<u64>,
     pub(super) keeps: Keeps<R>,
@@ -108,6 +107,8 @@ pub(super) struct Ledger<R> {
     pub(super) replaced: Vec<(u64, R)>,
     /// Launches below this have finished (known from acknowledgements, or an idle stream).
     pub(super) finished: u64,
+    /// The highest acknowledgement seen.
+    acked: u64,
     /// Launches staged and made.
     pub(super) next_seq: u64,
     /// Bindings made.
@@ -117,22 +118,23 @@ pub(super) struct Ledger<R> {
 impl<R> Ledger<R> {
     pub(super) fn new(depth: usize) -> Self {
         Self {
-            depth,
             words: Vec::new(),
             keeps: Keeps::default(),
             unbound: 0,
             current: Marks::default(),
-            history: (0..depth).map(|_| Marks::default()).collect(),
+            history: (0..depth.max(1)).map(|_| Marks::default()).collect(),
             union: Marks::default(),
             replaced: Vec::new(),
             finished: 0,
+            acked: 0,
             next_seq: 0,
             binds: 0,
         }
     }
 
+    /// Mirrors in the ring.
     pub(super) fn depth(&self) -> usize {
-        self.depth
+        self.history.len()
     }
 
     /// Adds an unbound slot; returns its index.
@@ -188,12 +190,15 @@ impl<R> Ledger<R> {
         self.binds += 1;
     }
 
-    /// The mirror the next launch uses, and the acknowledgement its previous launch gives once
-    /// its refresh has read it (`None` while the mirror was never used).
+    /// The mirror the next launch uses, and the acknowledgement that must be seen before it is
+    /// rewritten: the one its previous launch gives once its refresh has read it; `None` while
+    /// the mirror was never used, or once an acknowledgement that high has been seen (a later
+    /// launch's refresh runs after every earlier launch has finished).
     pub(super) fn next_mirror(&self) -> (usize, Option<u64>) {
         let s = self.next_seq;
-        let d = self.depth as u64;
-        ((s % d) as usize, (s >= d).then(|| s - d + 1))
+        let d = self.depth() as u64;
+        let wait = (s >= d).then(|| s - d + 1).filter(|&a| self.acked < a);
+        ((s % d) as usize, wait)
     }
 
     /// Writes into `mirror` (the next launch's, which the device no longer reads: its previous
@@ -203,12 +208,15 @@ impl<R> Ledger<R> {
     ///
     /// Writes go a 64-byte block (eight words, one cache line) at a time, each block in as few
     /// stores as the CPU allows (see [`store_block`]): mapped host memory may be uncached or
-    /// write-combined (as in some virtual machines), where each store is a trip to memory and a
-    /// `memcpy` (`rep movsb`) can degrade to byte stores.
+    /// write-combined, where each store is a trip to memory. (On the H200 host of session 5 it
+    /// was cached: an 8 KiB `memcpy` into it took 85 ns, 8-byte stores 465 ns.)
     pub(super) fn stage(&mut self, mirror: &mut [u64]) -> usize {
         let n = self.words.len();
-        let (m, previous) = self.next_mirror();
-        let written = if previous.is_none() {
+        let m = (self.next_seq % self.depth() as u64) as usize;
+        let wide = wide::writer();
+        let store_block =
+            |mirror: &mut [u64], words: &[u64], b: usize| store_block(wide, mirror, words, b);
+        let written = if self.next_seq < self.depth() as u64 {
             for b in 0..n.div_ceil(8) {
                 store_block(mirror, &self.words, b);
             }
@@ -216,8 +224,8 @@ impl<R> Ledger<R> {
         } else {
             // The launches since this mirror's last one: their marks, and the current ones.
             self.union.clear();
-            for back in 1..self.depth {
-                let h = (m + self.depth - back) % self.depth;
+            for back in 1..self.depth() {
+                let h = (m + self.depth() - back) % self.depth();
                 self.union.union(&self.history[h]);
             }
             self.union.union(&self.current);
@@ -246,6 +254,7 @@ impl<R> Ledger<R> {
     /// The acknowledgement `ack` was seen: launch `ack - 1` has refreshed the table, which it
     /// does once every launch before it has finished.
     pub(super) fn acknowledged(&mut self, ack: u64) {
+        self.acked = self.acked.max(ack);
         self.finished = self.finished.max(ack.saturating_sub(1).min(self.next_seq));
     }
 
@@ -257,7 +266,7 @@ impl<R> Ledger<R> {
     /// Counts a launch made after [`Ledger::stage`]: the marks staged for it become its
     /// mirror's, and the mirror's older ones are cleared for reuse.
     pub(super) fn launched(&mut self) {
-        let (m, _) = self.next_mirror();
+        let m = (self.next_seq % self.depth() as u64) as usize;
         std::mem::swap(&mut self.history[m], &mut self.current);
         self.current.clear();
         self.next_seq += 1;
@@ -298,13 +307,13 @@ impl<R> Ledger<R> {
 /// block in two 32-byte stores where the CPU has AVX, else four 16-byte stores; the end of the
 /// table word by word.
 #[inline]
-fn store_block(mirror: &mut [u64], words: &[u64], b: usize) {
+fn store_block(wide: wide::Writer, mirror: &mut [u64], words: &[u64], b: usize) {
     let start = 8 * b;
     let end = words.len().min(start + 8);
     let (src, dst) = (&words[start..end], &mut mirror[start..end]);
     if end - start == 8 {
         if let (Ok(src), Ok(dst)) = (<&[u64; 8]>::try_from(src), <&mut [u64; 8]>::try_from(dst)) {
-            wide::store(dst, src);
+            wide(dst, src);
         }
     } else {
         for (d, &w) in dst.iter_mut().zip(src) {
@@ -330,22 +339,30 @@ mod wide {
         _mm_storeu_si128,
     };
 
-    /// One block of eight words in the widest stores the CPU has.
-    #[inline]
-    pub(super) fn store(dst: &mut [u64; 8], src: &[u64; 8]) {
+    /// Writes one block of eight words.
+    pub(super) type Writer = fn(&mut [u64; 8], &[u64; 8]);
+
+    /// The block writer of the widest stores the CPU has (asked once a staging).
+    pub(super) fn writer() -> Writer {
         if std::arch::is_x86_feature_detected!("avx") {
-            // SAFETY: the CPU has AVX (checked above).
-            unsafe { store_avx(dst, src) }
-        } else {
-            let (d, s) = (
-                dst.as_mut_ptr().cast::<__m128i>(),
-                src.as_ptr().cast::<__m128i>(),
-            );
-            for k in 0..4 {
-                // SAFETY: SSE2 is part of x86-64; both blocks are 64 bytes, so `k < 4` 16-byte
-                // parts are in bounds (unaligned access intrinsics).
-                unsafe { _mm_storeu_si128(d.add(k), _mm_loadu_si128(s.add(k))) };
+            |dst, src| {
+                // SAFETY: the CPU has AVX (checked when this writer was chosen).
+                unsafe { store_avx(dst, src) }
             }
+        } else {
+            store_sse2
+        }
+    }
+
+    fn store_sse2(dst: &mut [u64; 8], src: &[u64; 8]) {
+        let (d, s) = (
+            dst.as_mut_ptr().cast::<__m128i>(),
+            src.as_ptr().cast::<__m128i>(),
+        );
+        for k in 0..4 {
+            // SAFETY: SSE2 is part of x86-64; both blocks are 64 bytes, so `k < 4` 16-byte parts
+            // are in bounds (unaligned access intrinsics).
+            unsafe { _mm_storeu_si128(d.add(k), _mm_loadu_si128(s.add(k))) };
         }
     }
 
@@ -366,12 +383,16 @@ mod wide {
 
 #[cfg(not(target_arch = "x86_64"))]
 mod wide {
+    /// Writes one block of eight words.
+    pub(super) type Writer = fn(&mut [u64; 8], &[u64; 8]);
+
     /// One block of eight words, word by word.
-    #[inline]
-    pub(super) fn store(dst: &mut [u64; 8], src: &[u64; 8]) {
-        for (d, &w) in dst.iter_mut().zip(src) {
-            // SAFETY: a valid, aligned, exclusively borrowed word.
-            unsafe { std::ptr::write_volatile(d, w) };
+    pub(super) fn writer() -> Writer {
+        |dst, src| {
+            for (d, &w) in dst.iter_mut().zip(src) {
+                // SAFETY: a valid, aligned, exclusively borrowed word.
+                unsafe { std::ptr::write_volatile(d, w) };
+            }
         }
     }
 }

@@ -7,6 +7,16 @@ use super::table::ArgTable;
 use crate::driver::{Parked, Stream};
 use crate::error::{Error, Result};
 
+/// The device acknowledged refresh `seen` where the host expected at most `expected`: it
+/// refreshed the table more often than the host launched through it. Refused, rather than
+/// release bindings early on that count.
+fn refreshed_outside(seen: u64, expected: u64) -> Error {
+    Error::invalid(
+        "ArgTable::launch",
+        format!("the device acknowledged refresh {seen} where the host expected at most {expected}: the table's refresh ran outside ArgTable::launch (a graph holding it launched another way)"),
+    )
+}
+
 impl ArgTable {
     /// The highest acknowledgement known once the next launch's mirror may be rewritten (its
     /// launch acknowledged `at_least`). Reads the acknowledgement of the latest launch first:
@@ -26,10 +36,7 @@ impl ArgTable {
             .read(((launched - 1) % depth) as usize)
             .unwrap_or(0);
         if latest > launched {
-            return Err(Error::invalid(
-                "ArgTable::launch",
-                format!("the device acknowledged refresh {latest} after the host made {launched} launches: the table's refresh ran outside ArgTable::launch (a graph holding it launched another way)"),
-            ));
+            return Err(refreshed_outside(latest, launched));
         }
         if latest >= at_least {
             // Writes to the mirror happen after the device's acknowledgement of its reads.
@@ -52,12 +59,7 @@ impl ArgTable {
         // launch refreshed, an earlier one before. More means the device refreshed the table
         // more often than the host launched through it: refuse, rather than release bindings
         // early on that count.
-        let ahead = |v: u64| {
-            Error::invalid(
-                "ArgTable::launch",
-                format!("the device acknowledged refresh {v} of a mirror the host expected at {at_least}: the table's refresh ran outside ArgTable::launch (a graph holding it launched another way)"),
-            )
-        };
+        let ahead = |v: u64| refreshed_outside(v, at_least);
         let first = ack(self);
         if first > at_least {
             return Err(ahead(first));
@@ -164,14 +166,6 @@ impl Drop for ArgTable {
         };
         let ledger = std::mem::replace(&mut self.ledger, super::ledger::Ledger::new(1));
         let parked: Vec<Parked> = vec![Box::new(ledger), Box::new(self.shared.clone())];
-        let inner = &self.ctx.inner;
-        let r = match inner.bind() {
-            Ok(()) => inner.released.park(&stream, parked),
-            Err(e) => {
-                std::mem::forget(parked);
-                Err(e)
-            }
-        };
-        inner.record(r);
+        self.ctx.inner.park_from_drop(&stream, parked);
     }
 }

@@ -161,8 +161,6 @@ pub struct ArgTable {
     pub(super) sealed: bool,
     pub(super) stream: Option<Arc<StreamInner>>,
     pub(super) stats: TableStats,
-    // The highest acknowledgement read: mirrors of launches below it may be rewritten.
-    pub(super) acked: u64,
 }
 
 impl std::fmt::Debug for ArgTable {
@@ -209,7 +207,6 @@ impl ArgTable {
             capacity: options.capacity,
             ledger: Ledger::new(options.depth),
             sealed: false,
-            acked: 0,
             stream: None,
             stats: TableStats::default(),
         })
@@ -545,10 +542,8 @@ impl ArgTable {
         }
         let (mirror, wait) = self.ledger.next_mirror();
         if let Some(at_least) = wait {
-            if self.acked < at_least {
-                self.acked = self.latest_ack(at_least, mirror, stream)?;
-            }
-            self.ledger.acknowledged(self.acked);
+            let ack = self.latest_ack(at_least, mirror, stream)?;
+            self.ledger.acknowledged(ack);
         }
         // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
         // slots are fixed once a refresh exists).

@@ -125,26 +125,40 @@ impl Model {
     /// `ArgTable::launch` whose launch fails after staging (`cuGraphLaunch` returned an error):
     /// nothing is queued or counted, and the marks must survive for the next try.
     fn failed_launch(&mut self) {
+        let m = self.free_mirror();
+        self.ledger.stage(&mut self.mirrors[m]);
+    }
+
+    /// What `ArgTable::stage` does before writing the next mirror: when the ledger asks for an
+    /// acknowledgement, the latest launch's (as `ArgTable::latest_ack` reads it first) if high
+    /// enough, else wait for the mirror's own. Then the mirror must be free: its previous launch
+    /// has refreshed.
+    fn free_mirror(&mut self) -> usize {
         let (m, wait) = self.ledger.next_mirror();
         if let Some(at_least) = wait {
-            while self.acks[m] < at_least {
-                self.device_step();
+            let s = self.ledger.next_seq;
+            let latest = self.acks[((s - 1) % self.acks.len() as u64) as usize];
+            if latest >= at_least {
+                self.ledger.acknowledged(latest);
+            } else {
+                while self.acks[m] < at_least {
+                    self.device_step();
+                }
+                assert_eq!(self.acks[m], at_least, "the device ran ahead of the host");
+                self.ledger.acknowledged(self.acks[m]);
             }
-            self.ledger.acknowledged(self.acks[m]);
         }
-        self.ledger.stage(&mut self.mirrors[m]);
+        let (s, d) = (self.ledger.next_seq, self.acks.len() as u64);
+        assert!(
+            s < d || self.acks[m] > s - d,
+            "mirror {m} rewritten for launch {s} before its previous launch refreshed"
+        );
+        m
     }
 
     /// `ArgTable::launch`: wait for the mirror's previous launch, stage, launch, release.
     fn launch(&mut self) {
-        let (m, wait) = self.ledger.next_mirror();
-        if let Some(at_least) = wait {
-            while self.acks[m] < at_least {
-                self.device_step();
-            }
-            assert_eq!(self.acks[m], at_least, "the device ran ahead of the host");
-            self.ledger.acknowledged(self.acks[m]);
-        }
+        let m = self.free_mirror();
         self.written += self.ledger.stage(&mut self.mirrors[m]);
         self.queue.push_back(Pending {
             seq: self.ledger.next_seq,
