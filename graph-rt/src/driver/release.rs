@@ -29,144 +29,39 @@
 //! in global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt
 //! did not start (another library's) is not seen: start those in thread-local mode, or call
 //! `Context::synchronize` first.
+//!
+//! Files: this one (the queue), `fence.rs` (what a batch waits for), `lock.rs` (the capture lock),
+//! `thread.rs` (the release thread), `exit.rs` (the exit hook).
 
 mod exit;
 mod fence;
+mod lock;
 #[cfg(test)]
 mod tests;
+mod thread;
 
 use std::any::Any;
-use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use cuda_sys::CUcontext;
-use parking_lot::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::{Condvar, Mutex};
 
 use self::fence::{fence_after, Fence};
+pub(crate) use self::lock::capture_lock;
+use self::lock::{capturing, releasing, Blocked, Exclusive};
+use self::thread::{is_release_thread_of, on_release_thread, release_thread};
 use super::stream::StreamInner;
 use crate::error::Result;
 
 /// Something parked: anything whose drop frees what the device may use.
 pub(crate) type Parked = Box<dyn Any + Send>;
 
-/// Held shared by graph-rt's global-mode captures, exclusively by a thread releasing.
-static CAPTURE_LOCK: RwLock<()> = RwLock::new(());
-
-/// How many threads hold [`CAPTURE_LOCK`] exclusively to release (0 or 1), as opposed to the
-/// captures that hold it shared: a release waits for other releases, and gives up only on a
-/// capture.
-static RELEASES: AtomicUsize = AtomicUsize::new(0);
-
-/// The release thread's shortest and longest pause between polls while nothing has passed.
-const BACKOFF: (Duration, Duration) = (Duration::from_micros(20), Duration::from_millis(1));
 /// How long teardown (and what is parked on a closed queue, but at exit) waits for graph-rt's
 /// global-mode captures to end before it leaks what it would release.
 const TEARDOWN_PATIENCE: Duration = Duration::from_millis(100);
-/// How long a reclaim waits for the batches other threads are releasing (`poll`,
-/// `synchronize`) to be released, past its own fences.
-const RECLAIM_PATIENCE: Duration = Duration::from_secs(1);
-
-thread_local! {
-    /// The queue this thread is the release thread of (its address; 0 on other threads): a
-    /// release thread must not wait for its own releases.
-    static RELEASE_THREAD: Cell<usize> = const { Cell::new(0) };
-    /// Whether this thread holds [`CAPTURE_LOCK`] exclusively (it is releasing): a teardown
-    /// that a release runs must not wait for the lock it holds.
-    static RELEASING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// A share of [`CAPTURE_LOCK`] for a global-mode capture (re-entrant: captures may nest).
-pub(crate) fn capture_lock() -> RwLockReadGuard<'static, ()> {
-    CAPTURE_LOCK.read_recursive()
-}
-
-fn on_release_thread() -> bool {
-    RELEASE_THREAD.try_with(Cell::get).unwrap_or(0) != 0
-}
-
-/// Whether this thread is the release thread of `shared`.
-fn is_release_thread_of(shared: &Shared) -> bool {
-    RELEASE_THREAD.try_with(Cell::get).unwrap_or(0) == shared as *const Shared as usize
-}
-
-fn releasing() -> bool {
-    RELEASING.try_with(Cell::get).unwrap_or(false)
-}
-
-/// Whether a global-mode capture of graph-rt runs (perhaps on this thread), as opposed to a
-/// thread releasing (which holds the lock too, briefly).
-fn capturing() -> bool {
-    loop {
-        if CAPTURE_LOCK.try_write().is_some() {
-            return false;
-        }
-        // Shared holders are captures.
-        if CAPTURE_LOCK.is_locked() && !CAPTURE_LOCK.is_locked_exclusive() {
-            return true;
-        }
-        // A release holds it: look again once it is done.
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
-/// [`CAPTURE_LOCK`] held exclusively by this thread, or already held by it further up.
-struct Exclusive(Option<RwLockWriteGuard<'static, ()>>);
-
-/// Why [`Exclusive::take_after_releases`] gave up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Blocked {
-    /// A global-mode capture of graph-rt still ran after the patience.
-    Capture,
-    /// Releases on other threads still held the lock at the deadline.
-    Releases,
-}
-
-impl Exclusive {
-    /// Waits up to `patience` for graph-rt's global-mode captures to end (and for releases on
-    /// other threads meanwhile).
-    fn take(patience: Duration) -> Option<Self> {
-        if releasing() {
-            return Some(Self(None));
-        }
-        let guard = CAPTURE_LOCK.try_write_for(patience)?;
-        let _ = RELEASING.try_with(|r| r.set(true));
-        RELEASES.fetch_add(1, Ordering::AcqRel);
-        Some(Self(Some(guard)))
-    }
-
-    /// Waits as long as releases on other threads hold the lock (until `deadline`, if any:
-    /// they take it a batch at a time, and never wait for the device with it), and up to
-    /// `patience` in all for graph-rt's global-mode captures to end.
-    fn take_after_releases(patience: Duration, deadline: Option<Instant>) -> Result<Self, Blocked> {
-        let start = Instant::now();
-        loop {
-            if let Some(exclusive) = Self::take(Duration::from_millis(1)) {
-                return Ok(exclusive);
-            }
-            let now = Instant::now();
-            if RELEASES.load(Ordering::Acquire) > 0 {
-                if deadline.is_some_and(|d| now >= d) {
-                    return Err(Blocked::Releases);
-                }
-            } else if now.duration_since(start) >= patience {
-                return Err(Blocked::Capture);
-            }
-        }
-    }
-}
-
-impl Drop for Exclusive {
-    fn drop(&mut self) {
-        if self.0.is_some() {
-            RELEASES.fetch_sub(1, Ordering::AcqRel);
-            let _ = RELEASING.try_with(|r| r.set(false));
-        }
-    }
-}
-
 struct Entry {
     // Parking order: `synchronize` releases the batches parked before it waited.
     seq: u64,
@@ -680,99 +575,4 @@ fn release_guarded(parked: Parked) {
     if dropped.is_err() {
         tracing::error!("graph-rt: a parked resource panicked while being released");
     }
-}
-
-/// The fences to wait for before releasing what was parked before `mark` (a reclaim).
-fn waits_before(entries: &VecDeque<Entry>, mark: u64) -> Vec<Fence> {
-    entries
-        .iter()
-        .filter(|e| e.seq < mark)
-        .filter_map(|e| e.fence.waitable())
-        .collect()
-}
-
-/// Marks the thread's end, however it ends.
-struct Stopped<'a>(&'a Shared);
-
-impl Drop for Stopped<'_> {
-    fn drop(&mut self) {
-        self.0.state.lock().running = false;
-        self.0.changed.notify_all();
-    }
-}
-
-fn release_thread(shared: &Shared) {
-    let _ = RELEASE_THREAD.try_with(|t| t.set(shared as *const Shared as usize));
-    let _stopped = Stopped(shared);
-    let exit = release_until_closed(shared);
-    // The process exits: everything left is released here, not on the exiting thread.
-    if let Some(deadline) = exit {
-        shared.release_everything(exit::CAPTURE_PATIENCE, Some(deadline));
-    }
-}
-
-/// The release thread's work until the queue is closed. Returns the deadline for the device at
-/// exit, if the queue was closed for the process's exit.
-fn release_until_closed(shared: &Shared) -> Option<Instant> {
-    let mut backoff = BACKOFF.0;
-    // The reclaim waiting for other threads' releases, and until when it waits for them.
-    let mut others: Option<(u64, Instant)> = None;
-    let mut state = shared.state.lock();
-    while !state.closed {
-        let drain = (state.drained < state.drain_ticket).then_some(state.drain_ticket);
-        let mut released = 0;
-        if !state.entries.is_empty() {
-            let waits = match drain {
-                Some(_) => waits_before(&state.entries, state.drain_mark),
-                None => Vec::new(),
-            };
-            let round = MutexGuard::unlocked(&mut state, || {
-                shared.make_current();
-                // A reclaim: wait for the device first, without the capture lock (holding it
-                // would keep graph-rt's global-mode captures, and other contexts' releases,
-                // waiting for the device too).
-                for mut fence in waits {
-                    fence.wait();
-                }
-                // Waits for graph-rt's global-mode captures to end, checking for closing
-                // meanwhile (the context may be torn down by a thread that captures).
-                let _no_capture = Exclusive::take(Duration::from_millis(1))?;
-                Some(shared.release_round(None))
-            });
-            let Some(round) = round else {
-                continue;
-            };
-            released = round;
-        } else if drain.is_none() {
-            shared.changed.wait(&mut state);
-            continue;
-        }
-        if let Some(ticket) = drain {
-            // Batches other threads are releasing (`poll`, `synchronize`) were parked before
-            // the reclaim too: it waits for them, and for what they park in turn, for a while.
-            if state.in_progress > 0 {
-                let until = match others {
-                    Some((t, until)) if t == ticket => until,
-                    _ => {
-                        let until = Instant::now() + RECLAIM_PATIENCE;
-                        others = Some((ticket, until));
-                        until
-                    }
-                };
-                if Instant::now() < until {
-                    shared.changed.wait_until(&mut state, until);
-                    continue;
-                }
-            }
-            state.drained = ticket;
-            shared.changed.notify_all();
-        }
-        if released > 0 {
-            backoff = BACKOFF.0;
-        } else if drain.is_none() && !state.closed {
-            shared.changed.wait_for(&mut state, backoff);
-            backoff = (backoff * 2).min(BACKOFF.1);
-        }
-    }
-    state.exit_deadline
 }

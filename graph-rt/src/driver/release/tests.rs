@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::fence::Fence;
-use super::{capture_lock, Parked, ReleaseQueue, CAPTURE_LOCK};
+use super::lock::CAPTURE_LOCK;
+use super::{capture_lock, Parked, ReleaseQueue};
 
-/// The tests share [`super::CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
+/// The tests share [`CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// What was released, in order.
