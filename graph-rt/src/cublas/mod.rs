@@ -18,8 +18,9 @@
 //! GEMMs by graph-rt (`order`). Dropping a handle never waits and is allowed inside a capture:
 //! it is destroyed later, on the context's release thread.
 //!
-//! `sys` holds the hand-written bindings and the loader, `handle` the safe type, `destroy` what its drop parks, `order` the
-//! ordering against other streams; the pure size checks are here, with their tests. Depends on
+//! `sys` holds the hand-written bindings and the loader, `handle` the safe type, `destroy` what
+//! its drop parks, `order` the ordering against other streams; the pure size checks are here,
+//! with their tests. Depends on
 //! `driver`, `graph` (a capture's event-wait node for buffers of another stream), `error` and
 //! `resource` only.
 
