@@ -165,13 +165,7 @@ impl Stream {
 
     /// Whether all queued work is done (`cuStreamQuery`), without waiting.
     pub fn is_idle(&self) -> Result<bool> {
-        self.context().bind()?;
-        // SAFETY: valid stream of the current context.
-        match unsafe { cuda_sys::cuStreamQuery(self.as_raw()) }? {
-            cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
-            cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(crate::Error::driver("cuStreamQuery", code)),
-        }
+        self.inner().is_idle()
     }
 
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`), without blocking
