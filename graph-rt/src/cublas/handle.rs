@@ -513,9 +513,11 @@ impl Drop for Cublas {
     /// fence after the work queued on the handle's stream (recorded once the stream's capture
     /// has ended, if it captures). The release thread destroys them once the fence has
     /// completed, never while a global-mode capture of graph-rt runs; so do
-    /// [`Context::synchronize`], [`Context::poll`] and the context's teardown. Destroying at
-    /// once when the stream does not capture would still break a capture of another stream.
-    /// Errors are recorded for [`Context::take_deferred_errors`].
+    /// [`Context::synchronize`](crate::Context::synchronize),
+    /// [`Context::poll`](crate::Context::poll) and the context's teardown. Destroying at once
+    /// when the stream does not capture would still break a capture of another stream. Errors
+    /// are recorded for
+    /// [`Context::take_deferred_errors`](crate::Context::take_deferred_errors).
     fn drop(&mut self) {
         let stream = self.stream.shared();
         let ctx = self.stream.context().clone();
