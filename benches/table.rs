@@ -450,9 +450,24 @@ fn main() {
     }
     let stream = Stream::new(&ctx).expect("stream");
     let mut c = Criterion::default().configure_from_args();
-    let rows = chains(&mut c, &ctx, &stream);
-    let host = host_costs(&ctx, &stream);
-    let big = big_inputs(&ctx, &stream);
+    // GRAPH_RT_TABLE_PARTS: the parts to run, of "chains host big" (default: all).
+    let parts = std::env::var("GRAPH_RT_TABLE_PARTS").unwrap_or_else(|_| "chains host big".into());
+    let want = |p: &str| parts.split_whitespace().any(|x| x == p);
+    let rows = if want("chains") {
+        chains(&mut c, &ctx, &stream)
+    } else {
+        Vec::new()
+    };
+    let host = if want("host") {
+        host_costs(&ctx, &stream)
+    } else {
+        Vec::new()
+    };
+    let big = if want("big") {
+        big_inputs(&ctx, &stream)
+    } else {
+        Vec::new()
+    };
     let writes = mirror_writes(&ctx);
     c.final_summary();
     println!("\ntable: argument table, chains of N add1, wall µs per synchronized iteration (median of interleaved rounds)");
@@ -492,29 +507,74 @@ fn main() {
             r.gpu[3] / r.gpu[4]
         );
     }
-    println!("\ntable: host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launch (no sync in the timed part), median of interleaved rounds");
-    for (n, v) in &host {
-        let get = |name: &str| v.iter().find(|(x, _)| *x == name).map_or(f64::NAN, |x| x.1);
-        let cells: Vec<String> = v.iter().map(|(name, t)| format!("{name} {t:.2}")).collect();
-        let base = get("launch, no bind");
-        let (all, tenth) = (
-            get("bind K + launch") - base,
-            get("bind K/10 + launch") - base,
-        );
-        let same = get("bind the same K/10 + launch") - base;
-        println!("table: N={n:<5} {}", cells.join(" · "));
-        println!(
-            "table: N={n:<5} above launch alone: bind K {:+.2} µs, raw {:+.2} µs, 3 sets {:+.2} µs, 5 sets (every binding new to its slot) {:+.2} µs, a random K/10 {:+.2} µs (÷ K {:.3}), the same K/10 {:+.2} µs (÷ K {:.3}) · launch alone ÷ plain graph launch {:.3}",
-            all,
-            get("bind K raw + launch") - base,
-            get("bind K (3 sets) + launch") - base,
-            get("bind K (5 sets) + launch") - base,
-            tenth,
-            tenth / all,
-            same,
-            same / all,
-            base / get("plain graph launch"),
-        );
+    println!("\ntable: host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launch (no sync in the timed part), median of interleaved rounds; each line a group of variants interleaved among themselves, the launch alone in each");
+    for (n, groups) in &host {
+        for (gi, v) in groups.iter().enumerate() {
+            let get = |name: &str| v.iter().find(|(x, _)| *x == name).map(|x| x.1);
+            let cells: Vec<String> = v.iter().map(|(name, t)| format!("{name} {t:.2}")).collect();
+            println!("table: N={n:<5} group {} · {}", gi + 1, cells.join(" · "));
+            let Some(base) = get("launch, no bind") else {
+                continue;
+            };
+            let above: Vec<String> = v
+                .iter()
+                .filter(|(name, _)| {
+                    name.starts_with("bind") || name.starts_with("anchor4 replica: write")
+                })
+                .map(|(name, t)| {
+                    format!("{} {:+.2} µs", name.trim_end_matches(" + launch"), t - base)
+                })
+                .collect();
+            let mut line = above.join(", ");
+            if let (Some(all), Some(tenth), Some(same)) = (
+                get("bind K + launch"),
+                get("bind K/10 + launch"),
+                get("bind the same K/10 + launch"),
+            ) {
+                line += &format!(
+                    " · ÷ bind K: a random K/10 {:.3}, the same K/10 {:.3}",
+                    (tenth - base) / (all - base),
+                    (same - base) / (all - base)
+                );
+            }
+            let ratio = |ours: &str, theirs: &str| -> Option<String> {
+                let (a, b) = (get(ours)?, get(theirs)?);
+                Some(format!(
+                    "{} ÷ {theirs} {:.3}",
+                    ours.trim_end_matches(" + launch"),
+                    a / b
+                ))
+            };
+            let vs_anchor: Vec<String> = [
+                ("launch, no bind", "anchor4 replica: no rebinding"),
+                (
+                    "bind set of K + launch",
+                    "anchor4 replica: write K + launch",
+                ),
+                ("bind K + launch", "anchor4 replica: write K + launch"),
+                (
+                    "bind set of K (3 sets) + launch",
+                    "anchor4 replica: write K (3 sets) + launch",
+                ),
+                (
+                    "bind K (3 sets) + launch",
+                    "anchor4 replica: write K (3 sets) + launch",
+                ),
+            ]
+            .iter()
+            .filter_map(|(a, b)| ratio(a, b))
+            .collect();
+            if !vs_anchor.is_empty() {
+                line += &format!(" · {}", vs_anchor.join(", "));
+            }
+            if let Some(plain) = get("plain graph launch") {
+                line += &format!(" · launch alone ÷ plain graph launch {:.3}", base / plain);
+            }
+            println!(
+                "table: N={n:<5} group {} above launch alone: {line}",
+                gi + 1
+            );
+        }
     }
     let cells: Vec<String> = writes
         .iter()

@@ -26,6 +26,38 @@ pub fn interleave(rounds: usize, mut variants: Vec<Variant<'_>>) -> Vec<(&'stati
         .collect()
 }
 
+/// Runs `rounds` rounds in which each variant runs `block` times in a row, the first quarter of
+/// each block (at least one) dropped as warm-up; returns each variant's median time in µs. For
+/// costs that depend on what the CPU's caches hold: a variant repeated is measured in the steady
+/// state of a loop that runs it (a decode loop launching its graph step after step), while the
+/// rounds still spread drift over every variant alike.
+#[allow(dead_code)] // used by the table bench only (each bench compiles this module)
+pub fn interleave_blocks(
+    rounds: usize,
+    block: usize,
+    mut variants: Vec<Variant<'_>>,
+) -> Vec<(&'static str, f64)> {
+    let k = variants.len();
+    let skip = (block / 4).max(1);
+    let mut samples = vec![Vec::with_capacity(rounds * block); k];
+    for round in 0..rounds {
+        for i in 0..k {
+            let v = (round + i) % k;
+            for j in 0..block {
+                let t = (variants[v].1)();
+                if j >= skip {
+                    samples[v].push(t);
+                }
+            }
+        }
+    }
+    variants
+        .iter()
+        .zip(samples)
+        .map(|((name, _), s)| (*name, median(s)))
+        .collect()
+}
+
 /// The median of `v` (NaN when empty).
 pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {

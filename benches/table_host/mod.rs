@@ -5,19 +5,33 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
-use graph_rt::{Context, DeviceBuffer, GraphExec, Stream};
+use graph_rt::{BindingSet, Context, DeviceBuffer, GraphExec, Stream};
 
-use super::{capture_chain, common, load, static_chain, table_chain, TableChain, ELEMS};
+mod replica;
+
+use super::{capture_chain, cfg, common, load, static_chain, table_chain, TableChain, ELEMS};
+
+/// How a variant of [`host_costs`] binds every slot before launching.
+#[derive(Clone, Copy)]
+enum BindAll {
+    /// One by one, safely.
+    Safe,
+    /// One by one, by raw address.
+    Raw,
+    /// A prepared [`BindingSet`] of every slot.
+    Set,
+}
 
 /// A variant of [`host_costs`]: bind every slot of `chain` to the next of the first `count`
-/// buffer sets (with `bind_raw` when `raw`), launch; host µs of both, then synchronize.
+/// buffer sets (`how`), launch; host µs of both, then synchronize.
 fn rotating<'a>(
     name: &'static str,
     stream: &'a Stream,
     chain: &'a RefCell<TableChain>,
     sets: &'a [Vec<DeviceBuffer<f32>>],
+    prepared: &'a [BindingSet],
     count: usize,
-    raw: bool,
+    how: BindAll,
 ) -> common::Variant<'a> {
     let mut turn = 0usize;
     (
@@ -27,10 +41,10 @@ fn rotating<'a>(
             let t = Instant::now();
             {
                 let mut c = chain.borrow_mut();
-                if raw {
-                    c.bind_all_raw(&sets[turn % count]);
-                } else {
-                    c.bind_all(&sets[turn % count]);
+                match how {
+                    BindAll::Safe => c.bind_all(&sets[turn % count]),
+                    BindAll::Raw => c.bind_all_raw(&sets[turn % count]),
+                    BindAll::Set => c.table.bind_set(&prepared[turn % count]).expect("bind set"),
                 }
                 c.launch(stream);
             }
@@ -41,16 +55,27 @@ fn rotating<'a>(
     )
 }
 
+/// One group of [`host_costs`]: its variants' medians, interleaved among themselves.
+pub type Group = Vec<(&'static str, f64)>;
+
 /// Host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launching, against
 /// the launch alone, for N ∈ {1, 10, 100, 200, 1000} (anchor4's N = 10, 200, 1000 among them).
-/// Variants, each on a table of its own: every slot bound alternating two buffer sets, safe and
-/// raw; every slot bound rotating three sets (a slot remembers four bindings: no reference
-/// counting) and five (every binding new to its slot); a random tenth of the slots bound each
-/// launch, and the same tenth (every tenth slot) each launch (two sets). For comparison: a plain
-/// graph of the same N nodes launched through graph-rt and through the raw `cuGraphLaunch`
-/// (instantiated plainly and with upload), and the stream's capture-status query that every
-/// table launch makes.
-pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static str, f64)>)> {
+/// Variants, each on a table of its own: every slot bound alternating two buffer sets (one by
+/// one, safely and by raw address, and as a prepared [`BindingSet`]), three sets rotating (one
+/// by one: a slot remembers four bindings, no reference counting; and as prepared sets), five
+/// (every binding new to its slot); a random tenth of the slots bound each launch, and the same
+/// tenth (every tenth slot) each launch (two sets). For comparison: a plain graph of the same N
+/// nodes launched through graph-rt and through the raw `cuGraphLaunch` (instantiated plainly and
+/// with upload), and the stream's capture-status query that every table launch makes.
+///
+/// The variants run in groups of four to six, each with the launch alone as its baseline, the
+/// first two beside anchor4's two paths rebuilt in this process ([`replica`]); within a group,
+/// rounds in which each variant runs eight times in a row (the first two dropped). The host
+/// cost of binding a thousand slots and launching a graph of a thousand nodes depends on how
+/// much of the table's and the driver's state for it is still in the CPU's caches: a variant
+/// repeated is measured as a loop that launches its graph step after step runs it, not as the
+/// cold first touch after a dozen other tables and graphs.
+pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
     let table_pdl = load(ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx, "add1");
     let pdl = load(ctx, graph_rt::kernels::CHAIN_PDL.ptx, "add1");
     let mut out = Vec::new();
@@ -78,7 +103,7 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static s
         // Each variant on a table of its own: a launch writes into its mirror what was bound
         // since that mirror's last launch, so a table shared with binding variants would make
         // the launch alone carry their words.
-        let (still, two, raw, three, tenth, five, same_tenth) = (
+        let (still, two, raw, three, tenth, five, same_tenth, set2, set3) = (
             chain(0),
             chain(1),
             chain(2),
@@ -86,7 +111,62 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static s
             chain(4),
             chain(5),
             chain(6),
+            chain(7),
+            chain(8),
         );
+        let prepare = |c: &RefCell<TableChain>| -> Vec<BindingSet> {
+            let mut c = c.borrow_mut();
+            let TableChain { table, slots, .. } = &mut *c;
+            sets[..3]
+                .iter()
+                .map(|bufs| {
+                    let mut b = table.binding_set();
+                    for (slot, buf) in slots.iter().zip(bufs) {
+                        b.bind(slot, buf).expect("bind");
+                    }
+                    b.build().expect("set")
+                })
+                .collect()
+        };
+        let (prepared2, prepared3) = (prepare(&set2), prepare(&set3));
+        let host = |f: &mut dyn FnMut()| {
+            let t = Instant::now();
+            f();
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            stream.synchronize().expect("sync");
+            us
+        };
+        let replica = replica::Replica::new(ctx, stream, &table_pdl, &sets[0]);
+        let words: Vec<Vec<u64>> = sets[..3]
+            .iter()
+            .map(|s| s.iter().map(|b| b.as_raw()).collect())
+            .collect();
+        let replica_write = |count: usize| -> common::Variant {
+            let mut turn = 0usize;
+            let (replica, words) = (&replica, &words);
+            (
+                if count == 2 {
+                    "anchor4 replica: write K + launch"
+                } else {
+                    "anchor4 replica: write K (3 sets) + launch"
+                },
+                Box::new(move || {
+                    turn += 1;
+                    let t = Instant::now();
+                    replica.write_and_launch(&words[turn % count], stream);
+                    let us = t.elapsed().as_secs_f64() * 1e6;
+                    stream.synchronize().expect("sync");
+                    us
+                }),
+            )
+        };
+        let replica_alone = || -> common::Variant {
+            let replica = &replica;
+            (
+                "anchor4 replica: no rebinding",
+                Box::new(move || host(&mut || replica.launch_chain(stream))),
+            )
+        };
         let plain = static_chain(stream, &pdl, true, &sets[0]);
         let uploaded = capture_chain(stream, &pdl, true, &sets[0])
             .instantiate_with(&graph_rt::InstantiateOptions {
@@ -108,77 +188,129 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<(&'static s
                     .collect()
             })
             .collect();
-        let host = |f: &mut dyn FnMut()| {
-            let t = Instant::now();
-            f();
-            let us = t.elapsed().as_secs_f64() * 1e6;
-            stream.synchronize().expect("sync");
-            us
-        };
-        let (mut m, mut g) = (0usize, 0usize);
-        let variants: Vec<common::Variant> = vec![
+        let alone = || -> common::Variant {
             (
                 "launch, no bind",
                 Box::new(|| host(&mut || still.borrow_mut().launch(stream))),
-            ),
-            rotating("bind K + launch", stream, &two, &sets, 2, false),
-            rotating("bind K raw + launch", stream, &raw, &sets, 2, true),
-            rotating("bind K (3 sets) + launch", stream, &three, &sets, 3, false),
-            rotating("bind K (5 sets) + launch", stream, &five, &sets, 5, false),
-            (
-                "bind the same K/10 + launch",
-                Box::new(|| {
-                    g += 1;
-                    let set = &sets[g % 2];
-                    host(&mut || {
-                        let mut c = same_tenth.borrow_mut();
-                        let TableChain { table, slots, .. } = &mut *c;
-                        for s in (0..k).step_by(10) {
-                            table.bind(&slots[s], &set[s]).expect("bind");
+            )
+        };
+        let (mut m, mut g) = (0usize, 0usize);
+        let (none, safe, raw_b, set) = (&[][..], BindAll::Safe, BindAll::Raw, BindAll::Set);
+        let groups: Vec<Vec<common::Variant>> = vec![
+            // As anchor4 (whose paths are rebuilt here beside graph-rt's): the launch alone,
+            // every slot written + launch.
+            vec![
+                alone(),
+                rotating("bind K + launch", stream, &two, &sets, none, 2, safe),
+                rotating(
+                    "bind set of K + launch",
+                    stream,
+                    &set2,
+                    &sets,
+                    &prepared2,
+                    2,
+                    set,
+                ),
+                replica_alone(),
+                replica_write(2),
+            ],
+            vec![
+                alone(),
+                replica_write(3),
+                rotating(
+                    "bind K (3 sets) + launch",
+                    stream,
+                    &three,
+                    &sets,
+                    none,
+                    3,
+                    safe,
+                ),
+                rotating(
+                    "bind set of K (3 sets) + launch",
+                    stream,
+                    &set3,
+                    &sets,
+                    &prepared3,
+                    3,
+                    set,
+                ),
+                rotating("bind K raw + launch", stream, &raw, &sets, none, 2, raw_b),
+            ],
+            vec![
+                alone(),
+                rotating("bind K + launch", stream, &two, &sets, none, 2, safe),
+                (
+                    "bind the same K/10 + launch",
+                    Box::new(|| {
+                        g += 1;
+                        let set = &sets[g % 2];
+                        host(&mut || {
+                            let mut c = same_tenth.borrow_mut();
+                            let TableChain { table, slots, .. } = &mut *c;
+                            for s in (0..k).step_by(10) {
+                                table.bind(&slots[s], &set[s]).expect("bind");
+                            }
+                            c.launch(stream)
+                        })
+                    }),
+                ),
+                (
+                    "bind K/10 + launch",
+                    Box::new(|| {
+                        m += 1;
+                        let (set, pick) = (&sets[m % 2], &picks[m % picks.len()]);
+                        host(&mut || {
+                            let mut c = tenth.borrow_mut();
+                            let TableChain { table, slots, .. } = &mut *c;
+                            for &s in pick {
+                                table.bind(&slots[s], &set[s]).expect("bind");
+                            }
+                            c.launch(stream)
+                        })
+                    }),
+                ),
+            ],
+            vec![
+                alone(),
+                rotating(
+                    "bind K (5 sets) + launch",
+                    stream,
+                    &five,
+                    &sets,
+                    none,
+                    5,
+                    safe,
+                ),
+                (
+                    "plain graph launch",
+                    Box::new(|| host(&mut || plain.launch(stream).expect("launch"))),
+                ),
+                (
+                    "plain graph, raw cuGraphLaunch",
+                    Box::new(|| host(&mut || raw_launch(&plain))),
+                ),
+                (
+                    "plain graph uploaded, raw cuGraphLaunch",
+                    Box::new(|| host(&mut || raw_launch(&uploaded))),
+                ),
+                (
+                    "capture-status query",
+                    Box::new(|| {
+                        let t = Instant::now();
+                        for _ in 0..100 {
+                            std::hint::black_box(stream.capture_status().expect("status"));
                         }
-                        c.launch(stream)
-                    })
-                }),
-            ),
-            (
-                "bind K/10 + launch",
-                Box::new(|| {
-                    m += 1;
-                    let (set, pick) = (&sets[m % 2], &picks[m % picks.len()]);
-                    host(&mut || {
-                        let mut c = tenth.borrow_mut();
-                        let TableChain { table, slots, .. } = &mut *c;
-                        for &s in pick {
-                            table.bind(&slots[s], &set[s]).expect("bind");
-                        }
-                        c.launch(stream)
-                    })
-                }),
-            ),
-            (
-                "plain graph launch",
-                Box::new(|| host(&mut || plain.launch(stream).expect("launch"))),
-            ),
-            (
-                "plain graph, raw cuGraphLaunch",
-                Box::new(|| host(&mut || raw_launch(&plain))),
-            ),
-            (
-                "plain graph uploaded, raw cuGraphLaunch",
-                Box::new(|| host(&mut || raw_launch(&uploaded))),
-            ),
-            (
-                "capture-status query",
-                Box::new(|| {
-                    let t = Instant::now();
-                    for _ in 0..100 {
-                        std::hint::black_box(stream.capture_status().expect("status"));
-                    }
-                    t.elapsed().as_secs_f64() * 1e6 / 100.0
-                }),
-            ),
+                        t.elapsed().as_secs_f64() * 1e6 / 100.0
+                    }),
+                ),
+            ],
         ];
-        out.push((n, common::interleave(300, variants)));
+        let results = groups
+            .into_iter()
+            .map(|v| common::interleave_blocks(50, 8, v))
+            .collect();
+        out.push((n, results));
     }
     out
 }

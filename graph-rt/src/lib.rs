@@ -70,8 +70,8 @@ pub use launch::{
 pub use prelude::{Prelude, PreludeMode, PreludeOptions, PreludeReport};
 pub use resource::Resource;
 pub use table::{
-    ArgTable, PtrSlot, ScalarSlot, SlotRef, SlotScalar, TableKernel, TableOptions, TableParam,
-    TableStats,
+    ArgTable, BindingSet, BindingSetBuilder, PtrSlot, ScalarSlot, SlotRef, SlotScalar, TableKernel,
+    TableOptions, TableParam, TableStats,
 };
 pub use triton::{
     ttir_args, TritonArg, TritonFiles, TritonForm, TritonKernel, TritonMetadata, TritonParam,

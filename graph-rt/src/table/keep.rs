@@ -49,11 +49,6 @@ impl<R> Keeps<R> {
         self.keys[i][0] != 0
     }
 
-    /// The first slot never bound.
-    pub(super) fn first_unbound(&self) -> Option<usize> {
-        self.keys.iter().position(|k| k[0] == 0)
-    }
-
     /// Makes `key` (an allocation's identity, or [`NOTHING`]; `make` gives its reference) slot
     /// `i`'s current binding when `seq` launches have been made; returns the binding evicted,
     /// with the launch count up to which launches may read it.

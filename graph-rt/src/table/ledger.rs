@@ -11,16 +11,18 @@
 //! list ordered by launch count.
 
 use super::keep::Keeps;
+use super::owners::{Applied, Owners};
 
 /// Which words changed, by block of eight words (one 64-byte line of a mirror): a flag byte per
 /// word, a seen byte per block and the list of blocks seen, so that marking is stores with no
 /// chain of read-modify-writes between neighbouring words, and walking and clearing cost what
-/// was marked.
+/// was marked. Once every block is marked, `all` says so and unions cost nothing.
 #[derive(Default)]
 pub(super) struct Marks {
     flags: Vec<u8>,
     seen: Vec<bool>,
     touched: Vec<u32>,
+    all: bool,
 }
 
 impl Marks {
@@ -30,6 +32,7 @@ impl Marks {
         if self.seen.len() < blocks {
             self.seen.resize(blocks, false);
             self.flags.resize(8 * blocks, 0);
+            self.all = false;
         }
     }
 
@@ -38,10 +41,38 @@ impl Marks {
         self.flags[i] = 1;
         let b = i >> 3;
         if !self.seen[b] {
-            self.seen[b] = true;
-            // `b` < 2^29: a table holds fewer than 2^32 words.
-            self.touched.push(b as u32);
+            self.see(b);
         }
+    }
+
+    /// Block `b` holds a marked word from now on (it did not).
+    #[inline]
+    fn see(&mut self, b: usize) {
+        self.seen[b] = true;
+        // `b` < 2^29: a table holds fewer than 2^32 words.
+        self.touched.push(b as u32);
+        if self.touched.len() == self.seen.len() {
+            self.all = true;
+        }
+    }
+
+    /// Marks the words of `flags` (a byte a word) in each block `b` of `blocks`.
+    fn mark_blocks(&mut self, blocks: &[(u32, u64)]) {
+        if self.all {
+            return;
+        }
+        for &(b, flags) in blocks {
+            let b = b as usize;
+            if !self.seen[b] {
+                self.see(b);
+            }
+            self.or_block(b, flags);
+        }
+    }
+
+    /// Every word is marked.
+    fn mark_all(&mut self) {
+        self.all = true;
     }
 
     /// The flags of block `b`, one byte a word.
@@ -51,33 +82,39 @@ impl Marks {
         u64::from_ne_bytes([f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]])
     }
 
+    #[inline]
+    fn or_block(&mut self, b: usize, flags: u64) {
+        let merged = self.block(b) | flags;
+        self.flags[8 * b..8 * b + 8].copy_from_slice(&merged.to_ne_bytes());
+    }
+
     /// Adds `other`'s marks to these.
     fn union(&mut self, other: &Marks) {
+        if self.all {
+            return;
+        }
+        if other.all {
+            self.all = true;
+            return;
+        }
         for &b in &other.touched {
             let b = b as usize;
             if !self.seen[b] {
-                self.seen[b] = true;
-                self.touched.push(b as u32);
+                self.see(b);
             }
-            let merged = self.block(b) | other.block(b);
-            self.flags[8 * b..8 * b + 8].copy_from_slice(&merged.to_ne_bytes());
+            self.or_block(b, other.block(b));
         }
     }
 
-    /// Words marked.
-    fn count(&self) -> usize {
+    /// Words marked, of `words`.
+    fn count(&self, words: usize) -> usize {
+        if self.all {
+            return words;
+        }
         self.touched
             .iter()
             .map(|&b| self.block(b as usize).count_ones() as usize)
             .sum()
-    }
-
-    /// Calls `f` with every block holding a marked word, and its flags (a byte a word).
-    #[inline]
-    fn each_block(&self, mut f: impl FnMut(usize, u64)) {
-        for &b in &self.touched {
-            f(b as usize, self.block(b as usize));
-        }
     }
 
     fn clear(&mut self) {
@@ -87,14 +124,37 @@ impl Marks {
             self.flags[8 * b..8 * b + 8].fill(0);
         }
         self.touched.clear();
+        self.all = false;
     }
 }
 
-/// The host's side of a table of `depth` mirrors; `R` is what a binding keeps alive.
-pub(super) struct Ledger<R> {
+/// A prepared set of bindings as the ledger applies it (see [`BindingSet`](super::BindingSet)).
+pub(super) struct SetView<'a> {
+    /// The identity of the set's slots (equal for sets over the same slots of one table).
+    pub(super) layout: usize,
+    /// The identity of what the set keeps alive.
+    pub(super) keep_id: usize,
+    /// The slots, distinct, ascending, in range.
+    pub(super) indices: &'a [u32],
+    /// Where the slots are one run: its first slot.
+    pub(super) start: Option<usize>,
+    /// Each block of eight words holding a slot of the set, with the flags of those slots (a
+    /// byte a word).
+    pub(super) blocks: &'a [(u32, u64)],
+    /// The slots' words, in the order of `indices`.
+    pub(super) words: &'a [u64],
+}
+
+/// The host's side of a table of `depth` mirrors; `R` is what a binding keeps alive, `S` what a
+/// prepared set does.
+pub(super) struct Ledger<R, S = R> {
     /// The bindings, as the next launch will see them.
     pub(super) words: Vec<u64>,
     pub(super) keeps: Keeps<R>,
+    /// The prepared sets that slots are bound from.
+    owners: Owners<S>,
+    /// Sets no slot is bound from any more since launch `seq`: released once it has run.
+    pub(super) replaced_sets: Vec<(u64, S)>,
     /// Slots never bound.
     pub(super) unbound: usize,
     /// Words changed since the last launch was staged.
@@ -115,11 +175,13 @@ pub(super) struct Ledger<R> {
     pub(super) binds: u64,
 }
 
-impl<R> Ledger<R> {
+impl<R, S> Ledger<R, S> {
     pub(super) fn new(depth: usize) -> Self {
         Self {
             words: Vec::new(),
             keeps: Keeps::default(),
+            owners: Owners::default(),
+            replaced_sets: Vec::new(),
             unbound: 0,
             current: Marks::default(),
             history: (0..depth.max(1)).map(|_| Marks::default()).collect(),
@@ -142,6 +204,7 @@ impl<R> Ledger<R> {
         let i = self.words.len();
         self.words.push(0);
         self.keeps.push();
+        self.owners.push();
         self.unbound += 1;
         let n = self.words.len();
         self.current.grow(n);
@@ -180,14 +243,60 @@ impl<R> Ledger<R> {
         if old != word {
             self.current.mark(i);
         }
-        if !self.keeps.is_bound(i) {
+        let seq = self.next_seq;
+        if self.owners.is_owned(i) {
+            let sets = &mut self.replaced_sets;
+            self.owners.disown(i, |s| sets.push((seq, s)));
+        } else if !self.keeps.is_bound(i) {
             self.unbound -= 1;
         }
-        if let Some(evicted) = self.keeps.hold_at(i, key, at, make, self.next_seq) {
+        if let Some(evicted) = self.keeps.hold_at(i, key, at, make, seq) {
             // Evicted at the launch count now: `replaced` stays in launch-count order.
             self.replaced.push(evicted);
         }
         self.binds += 1;
+    }
+
+    /// Binds the slots of a prepared set to its words for the next launch, keeping `keep()`
+    /// alive while a launch may read them: costs a copy of the words, and no work per slot when
+    /// the set's slots are all bound from one set of the same slots (sets alternating).
+    pub(super) fn apply_set(&mut self, set: &SetView<'_>, keep: impl FnOnce() -> S) {
+        let seq = self.next_seq;
+        let (keeps, sets) = (&self.keeps, &mut self.replaced_sets);
+        let (applied, fresh) = self.owners.apply(
+            set.layout,
+            set.indices,
+            set.keep_id,
+            keep,
+            |i| keeps.is_bound(i),
+            |s| sets.push((seq, s)),
+        );
+        self.unbound -= fresh;
+        self.binds += set.indices.len() as u64;
+        if applied == Applied::Unchanged {
+            // Its slots are bound from it still: their words are its words.
+            return;
+        }
+        match set.start {
+            Some(start) => {
+                self.words[start..start + set.words.len()].copy_from_slice(set.words);
+            }
+            None => {
+                for (&i, &w) in set.indices.iter().zip(set.words) {
+                    self.words[i as usize] = w;
+                }
+            }
+        }
+        if set.indices.len() == self.words.len() {
+            self.current.mark_all();
+        } else {
+            self.current.mark_blocks(set.blocks);
+        }
+    }
+
+    /// The first slot never bound.
+    pub(super) fn first_unbound(&self) -> Option<usize> {
+        (0..self.words.len()).find(|&i| !self.keeps.is_bound(i) && !self.owners.is_owned(i))
     }
 
     /// The mirror the next launch uses, and the acknowledgement that must be seen before it is
@@ -212,25 +321,45 @@ impl<R> Ledger<R> {
     /// was cached: an 8 KiB `memcpy` into it took 85 ns, 8-byte stores 465 ns.)
     pub(super) fn stage(&mut self, mirror: &mut [u64]) -> usize {
         let n = self.words.len();
-        let m = (self.next_seq % self.depth() as u64) as usize;
-        let wide = wide::writer();
-        let store_block =
-            |mirror: &mut [u64], words: &[u64], b: usize| store_block(wide, mirror, words, b);
-        let written = if self.next_seq < self.depth() as u64 {
-            for b in 0..n.div_ceil(8) {
-                store_block(mirror, &self.words, b);
+        let depth = self.depth();
+        let m = (self.next_seq % depth as u64) as usize;
+        if self.next_seq < depth as u64 {
+            mirror[..n].copy_from_slice(&self.words);
+            return n;
+        }
+        // The launches since this mirror's last one: their marks, and the current ones.
+        self.union.clear();
+        for back in 1..depth {
+            let h = (m + depth - back) % depth;
+            self.union.union(&self.history[h]);
+        }
+        self.union.union(&self.current);
+        let words = &self.words;
+        let blocks = n.div_ceil(8);
+        if self.union.all {
+            mirror[..n].copy_from_slice(words);
+        } else if 2 * self.union.touched.len() >= blocks {
+            // Half the blocks or more: the runs of marked blocks in the table's order, each one
+            // copy (a `memcpy` writes mapped memory faster than any loop of stores).
+            let seen = &self.union.seen;
+            let mut b = 0;
+            while b < blocks {
+                if !seen[b] {
+                    b += 1;
+                    continue;
+                }
+                let start = b;
+                while b < blocks && seen[b] {
+                    b += 1;
+                }
+                let (lo, hi) = (8 * start, n.min(8 * b));
+                mirror[lo..hi].copy_from_slice(&words[lo..hi]);
             }
-            n
         } else {
-            // The launches since this mirror's last one: their marks, and the current ones.
-            self.union.clear();
-            for back in 1..self.depth() {
-                let h = (m + self.depth() - back) % self.depth();
-                self.union.union(&self.history[h]);
-            }
-            self.union.union(&self.current);
-            let words = &self.words;
-            self.union.each_block(|b, flags| {
+            let wide = wide::writer();
+            for &b in &self.union.touched {
+                let b = b as usize;
+                let flags = self.union.block(b);
                 // One or two words of the block: those stores alone (in uncached memory each
                 // store is a trip to memory, whatever its width); more: the whole block.
                 if flags.count_ones() <= 2 {
@@ -241,14 +370,13 @@ impl<R> Ledger<R> {
                         f &= f - 1;
                     }
                 } else {
-                    store_block(mirror, words, b);
+                    store_block(wide, mirror, words, b);
                 }
-            });
-            self.union.count()
-        };
+            }
+        }
         // The marks move to the mirror's history only once the launch is made
         // (`Ledger::launched`): a launch that fails after staging is staged again with them.
-        written
+        self.union.count(n)
     }
 
     /// The acknowledgement `ack` was seen: launch `ack - 1` has refreshed the table, which it
@@ -277,6 +405,22 @@ impl<R> Ledger<R> {
         // Replaced at launch count `seq`: read by launches below `seq` only.
         self.replaced
             .partition_point(|(seq, _)| *seq <= self.finished)
+    }
+
+    /// Whether replaced bindings or sets are ready to be released.
+    #[inline]
+    pub(super) fn any_releasable(&self) -> bool {
+        let ready = |seq: Option<u64>| seq.is_some_and(|s| s <= self.finished);
+        ready(self.replaced.first().map(|r| r.0)) || ready(self.replaced_sets.first().map(|r| r.0))
+    }
+
+    /// Takes the sets no slot is bound from and no launch may read any more.
+    pub(super) fn take_releasable_sets(&mut self) -> Vec<(u64, S)> {
+        let free = self
+            .replaced_sets
+            .partition_point(|(seq, _)| *seq <= self.finished);
+        let rest = self.replaced_sets.split_off(free);
+        std::mem::replace(&mut self.replaced_sets, rest)
     }
 
     /// Takes the replaced bindings no launch may read any more (O(released)).

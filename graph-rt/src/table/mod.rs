@@ -7,11 +7,14 @@
 mod keep;
 mod kernel;
 mod ledger;
+mod owners;
 mod ring;
+mod set;
 mod slot;
 #[allow(clippy::module_inception)]
 mod table;
 
 pub use kernel::{TableKernel, TableParam};
+pub use set::{BindingSet, BindingSetBuilder};
 pub use slot::{PtrSlot, ScalarSlot, SlotRef, SlotScalar};
 pub use table::{ArgTable, TableOptions, TableStats};

@@ -113,7 +113,7 @@ impl ArgTable {
     }
 
     fn release_finished(&mut self) {
-        if self.ledger.releasable() == 0 {
+        if !self.ledger.any_releasable() {
             return;
         }
         // Dropping a reference is a count here (on a cache line this thread touched when it
@@ -125,8 +125,17 @@ impl ArgTable {
                 last.push(r);
             }
         }
+        let mut sets = Vec::new();
+        for (_, s) in self.ledger.take_releasable_sets() {
+            if std::sync::Arc::strong_count(&s) == 1 {
+                sets.push(s);
+            }
+        }
         if !last.is_empty() {
             self.ctx.inner.released.release_later(Box::new(last));
+        }
+        if !sets.is_empty() {
+            self.ctx.inner.released.release_later(Box::new(sets));
         }
     }
 

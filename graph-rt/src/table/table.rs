@@ -24,6 +24,7 @@ use cuda_sys::CUdeviceptr;
 
 use super::keep::NOTHING;
 use super::ledger::Ledger;
+use super::set::{Layout, SetKeep};
 use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
 use crate::driver::{
     Allocation, CaptureStatus, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer,
@@ -81,7 +82,7 @@ pub(super) fn padded(words: usize) -> usize {
 
 /// An allocation's identity: the address of its shared state (never 0).
 #[inline]
-fn key_of(alloc: &Arc<Allocation>) -> usize {
+pub(super) fn key_of(alloc: &Arc<Allocation>) -> usize {
     Arc::as_ptr(alloc) as usize
 }
 
@@ -157,7 +158,9 @@ pub struct ArgTable {
     pub(super) shared: Arc<Shared>,
     pub(super) capacity: usize,
     // The bindings, what they keep alive, what each mirror lacks, the launch count.
-    pub(super) ledger: Ledger<Arc<Allocation>>,
+    pub(super) ledger: Ledger<Arc<Allocation>, SetKeep>,
+    // The slot lists of the binding sets made so far (sets over the same slots share one).
+    pub(super) layouts: Vec<std::sync::Weak<Layout>>,
     pub(super) sealed: bool,
     pub(super) stream: Option<Arc<StreamInner>>,
     pub(super) stats: TableStats,
@@ -206,6 +209,7 @@ impl ArgTable {
             shared: Arc::new(shared),
             capacity: options.capacity,
             ledger: Ledger::new(options.depth),
+            layouts: Vec::new(),
             sealed: false,
             stream: None,
             stats: TableStats::default(),
@@ -294,7 +298,7 @@ impl ArgTable {
     }
 
     #[inline]
-    fn own(&self, table: u64, index: u32, call: &'static str) -> Result<()> {
+    pub(super) fn own(&self, table: u64, index: u32, call: &'static str) -> Result<()> {
         if table != self.id {
             return Err(Error::invalid(call, "the slot belongs to another table"));
         }
@@ -339,12 +343,17 @@ impl ArgTable {
 
     /// Checks a binding of `slot` to `len` elements at `addr`.
     #[inline]
-    fn check_ptr<T>(&self, slot: &PtrSlot<T>, addr: CUdeviceptr, len: usize) -> Result<()> {
-        const CALL: &str = "ArgTable::bind";
-        self.own(slot.table, slot.index, CALL)?;
+    pub(super) fn check_ptr<T>(
+        &self,
+        slot: &PtrSlot<T>,
+        addr: CUdeviceptr,
+        len: usize,
+        call: &'static str,
+    ) -> Result<()> {
+        self.own(slot.table, slot.index, call)?;
         if addr & (slot.align as u64 - 1) != 0 {
             return Err(Error::invalid(
-                CALL,
+                call,
                 format!(
                     "address {addr:#x} is not aligned to the {} bytes the slot declares",
                     slot.align
@@ -353,7 +362,7 @@ impl ArgTable {
         }
         if len < slot.min_len {
             return Err(Error::invalid(
-                CALL,
+                call,
                 format!(
                     "{len} elements; the slot declares at least {}",
                     slot.min_len
@@ -368,7 +377,7 @@ impl ArgTable {
     /// length the slot declares; on error the table is unchanged.
     #[inline]
     pub fn bind<T: Pod>(&mut self, slot: &PtrSlot<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
-        self.check_ptr(slot, buffer.as_raw(), buffer.len())?;
+        self.check_ptr(slot, buffer.as_raw(), buffer.len(), "ArgTable::bind")?;
         let alloc = buffer.allocation();
         let key = key_of(alloc);
         self.set_checked(
@@ -382,7 +391,7 @@ impl ArgTable {
 
     /// Binds `slot` to the elements of `view` (see [`ArgTable::bind`]).
     pub fn bind_view<T: Pod>(&mut self, slot: &PtrSlot<T>, view: &DeviceView<T>) -> Result<()> {
-        self.check_ptr(slot, view.as_raw(), view.len())?;
+        self.check_ptr(slot, view.as_raw(), view.len(), "ArgTable::bind_view")?;
         let alloc = view.allocation();
         let key = key_of(alloc);
         self.set_checked(
@@ -400,28 +409,40 @@ impl ArgTable {
     /// `addr` must address at least the slot's minimum length of `T` elements of this context,
     /// valid for every launch until the slot is bound again and that launch has finished.
     pub unsafe fn bind_raw<T: Pod>(&mut self, slot: &PtrSlot<T>, addr: CUdeviceptr) -> Result<()> {
-        self.check_ptr(slot, addr, usize::MAX)?;
+        self.check_ptr(slot, addr, usize::MAX, "ArgTable::bind_raw")?;
         self.set(slot.index as usize, addr, NOTHING, None);
         Ok(())
     }
 
     /// Sets `slot` to `value` for the launches that follow.
     pub fn set_scalar<T: SlotScalar>(&mut self, slot: &ScalarSlot<T>, value: T) -> Result<()> {
-        self.own(slot.table, slot.index, "ArgTable::set_scalar")?;
+        let word = self.scalar_word(slot, value, "ArgTable::set_scalar")?;
+        self.set(slot.index as usize, word, NOTHING, None);
+        Ok(())
+    }
+
+    /// The word `value` is in `slot`, after checking the slot's table and the multiple it takes.
+    pub(super) fn scalar_word<T: SlotScalar>(
+        &self,
+        slot: &ScalarSlot<T>,
+        value: T,
+        call: &'static str,
+    ) -> Result<u64> {
+        self.own(slot.table, slot.index, call)?;
         let mut word = [0u8; 8];
         word[..std::mem::size_of::<T>()].copy_from_slice(bytemuck::bytes_of(&value));
         // As an integer of T's width: a power-of-two multiple whatever the signedness.
-        if u64::from_le_bytes(word) & (slot.multiple_of as u64 - 1) != 0 {
+        let word = u64::from_le_bytes(word);
+        if word & (slot.multiple_of as u64 - 1) != 0 {
             return Err(Error::invalid(
-                "ArgTable::set_scalar",
+                call,
                 format!(
                     "the slot takes multiples of {} (the kernel was compiled for them)",
                     slot.multiple_of
                 ),
             ));
         }
-        self.set(slot.index as usize, u64::from_le_bytes(word), NOTHING, None);
-        Ok(())
+        Ok(word)
     }
 
     /// What the table did.
@@ -537,7 +558,7 @@ impl ArgTable {
             ));
         }
         if self.ledger.unbound > 0 {
-            let first = self.ledger.keeps.first_unbound().unwrap_or(0);
+            let first = self.ledger.first_unbound().unwrap_or(0);
             return Err(Error::invalid(call, format!("slot {first} is not bound")));
         }
         let (mirror, wait) = self.ledger.next_mirror();

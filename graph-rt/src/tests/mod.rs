@@ -20,6 +20,7 @@ mod retention;
 mod runtime;
 mod table;
 mod table_forms;
+mod table_sets;
 mod triton;
 mod views;
 

@@ -11,6 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use super::Ledger;
 use crate::table::keep::NOTHING;
+use crate::table::set::Layout;
 
 /// A launch the simulated device has not run yet: its number, and the words and buffers the host
 /// meant it to see.
@@ -30,6 +31,8 @@ struct Model {
     running: Vec<Option<Weak<u64>>>,
     // What each slot is bound to now (for the reference), and whether a buffer kept it.
     bound: Vec<Option<Weak<u64>>>,
+    // The words bound, kept apart from the ledger's (the reference).
+    expected: Vec<u64>,
     written: usize,
 }
 
@@ -47,6 +50,7 @@ impl Model {
             finished: 0,
             running: Vec::new(),
             bound: vec![None; slots],
+            expected: vec![0; slots],
             written: 0,
         }
     }
@@ -106,6 +110,7 @@ impl Model {
         let buffer = Arc::new(value);
         let key = Arc::as_ptr(&buffer) as usize;
         self.bound[i] = Some(Arc::downgrade(&buffer));
+        self.expected[i] = value;
         self.ledger.set(i, value, key, || Some(buffer));
     }
 
@@ -113,12 +118,14 @@ impl Model {
     fn bind_back(&mut self, i: usize, previous: &Arc<u64>) {
         let key = Arc::as_ptr(previous) as usize;
         self.bound[i] = Some(Arc::downgrade(previous));
+        self.expected[i] = **previous;
         self.ledger
             .set(i, **previous, key, || panic!("kept already"));
     }
 
     fn bind_raw(&mut self, i: usize, value: u64) {
         self.bound[i] = None;
+        self.expected[i] = value;
         self.ledger.set(i, value, NOTHING, || None);
     }
 
@@ -162,11 +169,12 @@ impl Model {
         self.written += self.ledger.stage(&mut self.mirrors[m]);
         self.queue.push_back(Pending {
             seq: self.ledger.next_seq,
-            words: self.ledger.words.clone(),
+            words: self.expected.clone(),
             alive: self.bound.clone(),
         });
         self.ledger.launched();
-        for (seq, released) in self.ledger.take_releasable() {
+        let sets = self.ledger.take_releasable_sets();
+        for (seq, released) in self.ledger.take_releasable().into_iter().chain(sets) {
             assert!(
                 self.finished >= seq,
                 "a binding replaced before launch {seq} was released when {} launches had finished",
@@ -175,6 +183,24 @@ impl Model {
             drop(released);
         }
     }
+
+    /// `ArgTable::bind_set`: the slots of `layout` take `words`, kept alive by `token` (the
+    /// set's allocations).
+    fn apply_set(&mut self, layout: &Layout, words: &[u64], token: &Arc<u64>) {
+        let view = layout.view(words, Arc::as_ptr(token) as usize);
+        for (&i, &w) in view.indices.iter().zip(words) {
+            self.bound[i as usize] = Some(Arc::downgrade(token));
+            self.expected[i as usize] = w;
+        }
+        self.ledger.apply_set(&view, || token.clone());
+    }
+}
+
+/// A prepared set of the model: its layout, words and the token standing for its buffers.
+struct ModelSet {
+    layout: usize,
+    words: Vec<u64>,
+    token: Arc<u64>,
 }
 
 /// Random orders of binding (new buffers, back to the previous one, raw words, the same word
@@ -193,9 +219,56 @@ fn random_bind_launch_ack_orders_match_the_reference() {
             value += 16;
             m.bind_buffer(i, value);
         }
+        // Layouts of prepared sets: every slot, a run, a sparse subset.
+        let run = rng.random_range(0..slots);
+        let run = run..rng.random_range(run..slots) + 1;
+        let layouts: Vec<Layout> = [
+            (0..slots as u32).collect::<Vec<_>>(),
+            (run.start as u32..run.end as u32).collect(),
+            (0..slots as u32)
+                .filter(|_| rng.random_range(0..4) == 0)
+                .chain([0])
+                .collect(),
+        ]
+        .into_iter()
+        .map(|mut v| {
+            v.sort_unstable();
+            v.dedup();
+            Layout::new(v.into_boxed_slice())
+        })
+        .collect();
+        let mut kept: Vec<ModelSet> = Vec::new();
         let steps = rng.random_range(50..400);
         for _ in 0..steps {
-            match rng.random_range(0..10) {
+            match rng.random_range(0..12) {
+                10 | 11 => {
+                    // A prepared set: a new one of a random layout, or one kept before again.
+                    if !kept.is_empty() && rng.random_range(0..2) == 0 {
+                        let s = &kept[rng.random_range(0..kept.len())];
+                        let (l, w, t) = (s.layout, s.words.clone(), s.token.clone());
+                        m.apply_set(&layouts[l], &w, &t);
+                    } else {
+                        let l = rng.random_range(0..layouts.len());
+                        let words: Vec<u64> = (0..layouts[l].view(&[], 0).indices.len())
+                            .map(|_| {
+                                value += 16;
+                                value
+                            })
+                            .collect();
+                        let token = Arc::new(value);
+                        m.apply_set(&layouts[l], &words, &token);
+                        if rng.random_range(0..2) == 0 {
+                            kept.push(ModelSet {
+                                layout: l,
+                                words,
+                                token,
+                            });
+                        }
+                    }
+                    if rng.random_range(0..8) == 0 {
+                        kept.clear();
+                    }
+                }
                 0..=3 => {
                     // Bind a random subset: new buffers, raw words, or the same word again.
                     let count = match rng.random_range(0..3) {
@@ -244,8 +317,9 @@ fn random_bind_launch_ack_orders_match_the_reference() {
         m.ledger.all_finished();
         m.ledger.drop_previous();
         let _ = m.ledger.take_releasable();
+        let _ = m.ledger.take_releasable_sets();
         assert!(
-            m.ledger.replaced.is_empty(),
+            m.ledger.replaced.is_empty() && m.ledger.replaced_sets.is_empty(),
             "round {round}: replaced bindings left after every launch finished"
         );
     }
@@ -332,6 +406,49 @@ fn ledger_cost_per_binding() {
             "{rotate} sets: {:.2} ns a binding, staging {:.2} µs for {slots} slots",
             best * 1e9 / slots as f64,
             best_stage * 1e6
+        );
+    }
+}
+
+/// Host cost of applying prepared sets of every slot, two and three alternating, and staging
+/// (release builds: `cargo test --release -p graph-rt-core --lib set_cost -- --ignored --nocapture`).
+#[test]
+#[ignore = "a timing, not a check"]
+fn set_cost_per_application() {
+    let slots: usize = 1001;
+    let layout = Layout::new((0..slots as u32).collect());
+    let sets: Vec<(Vec<u64>, Arc<u64>)> = (0..3)
+        .map(|s| {
+            let words = (0..slots)
+                .map(|i| ((s * slots + i) as u64 + 1) * 16)
+                .collect();
+            (words, Arc::new(s as u64))
+        })
+        .collect();
+    let mut mirror = vec![0u64; slots.div_ceil(8) * 8];
+    for rotate in [2usize, 3] {
+        let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
+        for _ in 0..slots {
+            ledger.push_slot();
+        }
+        let (mut apply, mut stage) = (f64::MAX, f64::MAX);
+        for round in 0..4000 {
+            let (words, token) = &sets[round % rotate];
+            let t = std::time::Instant::now();
+            let view = layout.view(words, Arc::as_ptr(token) as usize);
+            ledger.apply_set(&view, || token.clone());
+            apply = apply.min(t.elapsed().as_secs_f64());
+            let t = std::time::Instant::now();
+            ledger.stage(&mut mirror);
+            stage = stage.min(t.elapsed().as_secs_f64());
+            ledger.launched();
+            ledger.all_finished();
+            drop(ledger.take_releasable_sets());
+        }
+        println!(
+            "{rotate} sets of {slots} slots: applying {:.3} µs, staging {:.3} µs",
+            apply * 1e6,
+            stage * 1e6
         );
     }
 }
