@@ -6,10 +6,13 @@
 //! and the table + PDL exec launched with no binding in between. Wall µs per iteration, and GPU
 //! µs of one replay between events. Then the host µs of binding K slots + launching (no
 //! synchronization in the timed part) against the same launch with no binding, for chains of
-//! N ∈ {1, 10, 100, 200, 1000} nodes (K = N + 1 slots): every slot bound safely (two sets, three
-//! and five rotating), with raw addresses, and a tenth of the slots (random, and the same each
-//! launch); then the cost of writing 8 KiB into mapped host memory by store width. Criterion measures the N = 200 cases
-//! too; the tables printed last are medians of interleaved rounds.
+//! N ∈ {1, 10, 100, 200, 1000} nodes (K = N + 1 slots): every slot bound one by one (two sets,
+//! three and five rotating, raw addresses) and by prepared binding sets (two and three), a tenth
+//! of the slots (random, and the same each launch, one by one and as a prepared set), beside
+//! anchor4's two host paths rebuilt in this process (see `table_host`); then the cost of writing
+//! 8 KiB into mapped host memory by store width. Criterion measures the N = 200 cases too; the
+//! tables printed last are medians of interleaved rounds. `GRAPH_RT_TABLE_PARTS` picks parts of
+//! "chains host big" (default: all).
 //!
 //! ```text
 //! cargo bench --bench table
@@ -534,6 +537,15 @@ fn main() {
                 line += &format!(
                     " · ÷ bind K: a random K/10 {:.3}, the same K/10 {:.3}",
                     (tenth - base) / (all - base),
+                    (same - base) / (all - base)
+                );
+            }
+            if let (Some(all), Some(same)) = (
+                get("bind set of K + launch"),
+                get("bind set of the same K/10 + launch"),
+            ) {
+                line += &format!(
+                    " · prepared sets, the same K/10 ÷ K {:.3}",
                     (same - base) / (all - base)
                 );
             }

@@ -103,8 +103,9 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
         // Each variant on a table of its own: a launch writes into its mirror what was bound
         // since that mirror's last launch, so a table shared with binding variants would make
         // the launch alone carry their words.
-        let (still, two, raw, three, tenth, five, same_tenth, set2, set3) = (
+        let (still, two, raw, three, tenth, five, same_tenth, set2, set3, set_tenth) = (
             chain(0),
+            chain(9),
             chain(1),
             chain(2),
             chain(3),
@@ -114,21 +115,23 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
             chain(7),
             chain(8),
         );
-        let prepare = |c: &RefCell<TableChain>| -> Vec<BindingSet> {
+        // Prepared sets of every `step`-th slot over the first three buffer sets.
+        let prepare = |c: &RefCell<TableChain>, step: usize| -> Vec<BindingSet> {
             let mut c = c.borrow_mut();
             let TableChain { table, slots, .. } = &mut *c;
             sets[..3]
                 .iter()
                 .map(|bufs| {
                     let mut b = table.binding_set();
-                    for (slot, buf) in slots.iter().zip(bufs) {
+                    for (slot, buf) in slots.iter().zip(bufs).step_by(step) {
                         b.bind(slot, buf).expect("bind");
                     }
                     b.build().expect("set")
                 })
                 .collect()
         };
-        let (prepared2, prepared3) = (prepare(&set2), prepare(&set3));
+        let (prepared2, prepared3) = (prepare(&set2, 1), prepare(&set3, 1));
+        let prepared_tenth = prepare(&set_tenth, 10);
         let host = |f: &mut dyn FnMut()| {
             let t = Instant::now();
             f();
@@ -240,6 +243,24 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
             vec![
                 alone(),
                 rotating("bind K + launch", stream, &two, &sets, none, 2, safe),
+                rotating(
+                    "bind set of K + launch",
+                    stream,
+                    &set2,
+                    &sets,
+                    &prepared2,
+                    2,
+                    set,
+                ),
+                rotating(
+                    "bind set of the same K/10 + launch",
+                    stream,
+                    &set_tenth,
+                    &sets,
+                    &prepared_tenth,
+                    2,
+                    set,
+                ),
                 (
                     "bind the same K/10 + launch",
                     Box::new(|| {

@@ -500,3 +500,31 @@ fn ledger_cost_parts() {
     });
     println!("ns a slot: words + marks {words:.2}, keeps {keeps:.2}, set {all:.2}");
 }
+
+#[test]
+#[ignore = "a timing, not a check"]
+fn tenth_cost() {
+    let slots: usize = 1001;
+    let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
+    for _ in 0..slots {
+        ledger.push_slot();
+    }
+    let mut mirror = vec![0u64; slots.div_ceil(8) * 8];
+    let (mut bind, mut stage) = (f64::MAX, f64::MAX);
+    for round in 0..4000u64 {
+        let t = std::time::Instant::now();
+        for i in (0..slots).step_by(10) {
+            ledger.set(i, (round % 2 + 1) * 16 + i as u64 * 64, NOTHING, || None);
+        }
+        bind = bind.min(t.elapsed().as_secs_f64());
+        let t = std::time::Instant::now();
+        ledger.stage(&mut mirror);
+        stage = stage.min(t.elapsed().as_secs_f64());
+        ledger.launched();
+    }
+    println!(
+        "same tenth: binding {:.3} µs, staging {:.3} µs",
+        bind * 1e6,
+        stage * 1e6
+    );
+}
