@@ -560,6 +560,10 @@ fn main() {
             let vs_anchor: Vec<String> = [
                 ("launch, no bind", "anchor4 replica: no rebinding"),
                 (
+                    "launch, no bind",
+                    "anchor4 replica: pull graph, nothing written",
+                ),
+                (
                     "bind set of K + launch",
                     "anchor4 replica: write K + launch",
                 ),

@@ -216,6 +216,10 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
                 ),
                 replica_alone(),
                 replica_write(2),
+                (
+                    "anchor4 replica: pull graph, nothing written",
+                    Box::new(|| host(&mut || replica.launch_pull(stream))),
+                ),
             ],
             vec![
                 alone(),

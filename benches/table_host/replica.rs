@@ -99,6 +99,11 @@ impl Replica {
         launch(&self.pull, stream);
     }
 
+    /// The pull graph launched raw with nothing written: the cost of its first node.
+    pub fn launch_pull(&self, stream: &Stream) {
+        launch(&self.pull, stream);
+    }
+
     /// The chain alone over the table as it is, launched raw.
     pub fn launch_chain(&self, stream: &Stream) {
         launch(&self.chain, stream);

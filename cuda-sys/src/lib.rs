@@ -46,11 +46,13 @@
     clippy::all
 )]
 mod bindings;
+mod describe;
 #[allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]
 mod functions;
 mod loader;
 
 pub use bindings::*;
+pub use describe::describe_result;
 pub use functions::*;
 pub use loader::{
     driver, format_version, with_sources, Driver, LoadError, Symbol, HEADER_VERSION, LIBRARY_NAME,

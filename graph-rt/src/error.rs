@@ -165,24 +165,10 @@ fn is_capture_code(code: CUresult) -> bool {
 }
 
 fn describe(code: CUresult) -> (String, String) {
-    let mut name = std::ptr::null();
-    let mut text = std::ptr::null();
-    // SAFETY: the driver writes pointers to static NUL-terminated strings, or leaves them null.
-    unsafe {
-        let _ = cuda_sys::cuGetErrorName(code, &mut name);
-        let _ = cuda_sys::cuGetErrorString(code, &mut text);
-    }
-    let read = |p: *const std::ffi::c_char| {
-        (!p.is_null()).then(|| {
-            // SAFETY: non-null pointers from cuGetErrorName/String point at static C strings.
-            unsafe { std::ffi::CStr::from_ptr(p) }
-                .to_string_lossy()
-                .into_owned()
-        })
-    };
+    let (name, text) = cuda_sys::describe_result(code);
     (
-        read(name).unwrap_or_else(|| format!("CUresult {}", code.0)),
-        read(text).unwrap_or_else(|| "unknown error code".to_owned()),
+        name.unwrap_or_else(|| format!("CUresult {}", code.0)),
+        text.unwrap_or_else(|| "unknown error code".to_owned()),
     )
 }
 

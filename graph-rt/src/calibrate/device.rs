@@ -4,10 +4,10 @@
 
 use std::fmt::Write;
 
-use cuda_sys::{CUdevice_attribute as Attr, CUuuid};
+use cuda_sys::CUdevice_attribute as Attr;
 
 use crate::driver::Device;
-use crate::error::{check, Result};
+use crate::error::Result;
 
 /// A device's cache key and description.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,7 +21,7 @@ pub(crate) struct DeviceId {
 
 /// The key and description of `device`.
 pub(crate) fn identify(device: &Device) -> Result<DeviceId> {
-    let key = match uuid(device) {
+    let key = match device.uuid() {
         Ok(bytes) => format_uuid(&bytes),
         // A driver older than CUDA 9.2 has no cuDeviceGetUuid: the PCI address is stable on one
         // machine, which is all a local cache needs.
@@ -37,24 +37,6 @@ pub(crate) fn identify(device: &Device) -> Result<DeviceId> {
         description: format!("{} {key}", device.name()?),
         key,
     })
-}
-
-/// The device's UUID (`cuDeviceGetUuid_v2`, which gives MIG instances their own; else
-/// `cuDeviceGetUuid`).
-fn uuid(device: &Device) -> Result<[u8; 16]> {
-    let mut raw = CUuuid { bytes: [0; 16] };
-    // SAFETY: a valid device handle and an out-pointer to a 16-byte CUuuid.
-    let v2 = unsafe { cuda_sys::cuDeviceGetUuid_v2(&mut raw, device.as_raw()) };
-    match v2 {
-        Ok(code) => check("cuDeviceGetUuid_v2", Ok(code))?,
-        Err(_) => {
-            // SAFETY: as above.
-            check("cuDeviceGetUuid", unsafe {
-                cuda_sys::cuDeviceGetUuid(&mut raw, device.as_raw())
-            })?
-        }
-    }
-    Ok(raw.bytes.map(|b| b as u8))
 }
 
 /// `bytes` as `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` (groups of 4, 2, 2, 2 and 6 bytes).

@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use crate::driver::{Allocation, Event, EventFlags, Parked, Stream, StreamInner};
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::resource::Resource;
 
 /// The operands' names, in the order the GEMMs hand their buffers over.
@@ -80,12 +80,9 @@ pub(super) fn before(
             None => {
                 let event = Event::new(stream.context(), EventFlags::DisableTiming)?;
                 event.record_on(on)?;
-                let external = cuda_sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
-                // SAFETY: a live stream and a live event of one context (the buffers' context is
-                // the handle's, checked before); the graph keeps the event alive (below).
-                check("cuStreamWaitEvent", unsafe {
-                    cuda_sys::cuStreamWaitEvent(stream.as_raw(), event.as_raw(), external)
-                })?;
+                // A live event of the stream's context (the buffers' context is the handle's,
+                // checked before); the graph keeps the event alive (below).
+                stream.wait_external(&event)?;
                 kept.push(event.resource());
             }
         }

@@ -4,12 +4,12 @@
 
 use std::ffi::c_void;
 
-use cuda_sys::{CUfunction, CUgraphNode, CUgraphNodeType, CUDA_KERNEL_NODE_PARAMS};
+use cuda_sys::{CUfunction, CUgraphNode, CUgraphNodeType};
 
 use super::scan::NodeParams;
 use crate::driver::param_layout_of;
-use crate::error::{check, Error, Result};
-use crate::graph::{Graph, Node};
+use crate::error::{Error, Result};
+use crate::graph::{kernel_node_params, node_type, Graph, Node};
 
 /// One kernel node of a graph, as read from the graph.
 #[derive(Debug, Clone)]
@@ -41,20 +41,13 @@ pub fn kernel_snapshots(graph: &Graph) -> Result<Vec<KernelSnapshot>> {
     let _guard = graph.handle.lock(CALL)?;
     for node in nodes {
         let raw = node.as_raw();
-        let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        // SAFETY: a node of this live graph; valid out-pointer.
-        check("cuGraphNodeGetType", unsafe {
-            cuda_sys::cuGraphNodeGetType(raw, &mut t)
-        })?;
-        if t != CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
+        // SAFETY: a node of this live graph.
+        if unsafe { node_type(raw) }? != CUgraphNodeType::CU_GRAPH_NODE_TYPE_KERNEL {
             continue;
         }
-        let mut p = CUDA_KERNEL_NODE_PARAMS::default();
-        // SAFETY: a kernel node of this live graph; the driver fills `p`, whose pointers stay
-        // valid while the node is unchanged (we hold the graph's lock while reading them).
-        check(CALL, unsafe {
-            cuda_sys::cuGraphKernelNodeGetParams(raw, &mut p)
-        })?;
+        // SAFETY: a kernel node of this live graph; the pointers in `p` stay valid while the
+        // node is unchanged (we hold the graph's lock while reading them).
+        let p = unsafe { kernel_node_params(raw) }?;
         // SAFETY: the node's kernel handle, valid while the graph lives.
         let layout = unsafe { param_layout_of(p.func)? };
         let (bytes, via_extra) = if !p.kernelParams.is_null() {

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use cuda_sys::{CUcontext, CUmodule, CUresult};
 use parking_lot::Mutex;
 
+use super::call::cu;
 use super::release::ReleaseQueue;
 use super::{Device, Module};
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 
 /// A CUDA context. Cloning is cheap and shares it; the primary context is released when the last
 /// clone (and every stream, buffer and module made from it) is gone.
@@ -59,9 +60,7 @@ impl Context {
         let device = Device::get(ordinal)?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device handle.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            cuda_sys::cuDevicePrimaryCtxRetain(&mut raw, device.as_raw())
-        })?;
+        unsafe { cu!(cuDevicePrimaryCtxRetain(&mut raw, device.as_raw())) }?;
         let ctx = Self {
             inner: Arc::new(ContextInner {
                 raw,
@@ -137,7 +136,7 @@ impl Context {
         self.bind()?;
         let mark = self.inner.released.mark();
         // SAFETY: the context is current.
-        check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })?;
+        unsafe { cu!(cuCtxSynchronize()) }?;
         self.inner.released.synchronized(mark);
         Ok(())
     }
@@ -160,9 +159,7 @@ impl Context {
         self.bind()?;
         let (mut free, mut total) = (0, 0);
         // SAFETY: valid out-pointers; the context is current.
-        check("cuMemGetInfo", unsafe {
-            cuda_sys::cuMemGetInfo(&mut free, &mut total)
-        })?;
+        unsafe { cu!(cuMemGetInfo(&mut free, &mut total)) }?;
         Ok((free, total))
     }
 
@@ -213,9 +210,7 @@ impl Context {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; an aligned copy of a complete cubin (the caller's promise);
         // the context is current.
-        check(CALL, unsafe {
-            cuda_sys::cuModuleLoadData(&mut raw, aligned.as_ptr().cast())
-        })?;
+        unsafe { cu!(cuModuleLoadData(&mut raw, aligned.as_ptr().cast())) }?;
         modules.push((key, raw as usize));
         // SAFETY: as above.
         Ok(unsafe { Module::from_raw(self, raw) })
@@ -226,9 +221,7 @@ impl Context {
 pub fn current_raw() -> Result<CUcontext> {
     let mut raw = std::ptr::null_mut();
     // SAFETY: valid out-pointer.
-    check("cuCtxGetCurrent", unsafe {
-        cuda_sys::cuCtxGetCurrent(&mut raw)
-    })?;
+    unsafe { cu!(cuCtxGetCurrent(&mut raw)) }?;
     Ok(raw)
 }
 
@@ -241,9 +234,7 @@ impl ContextInner {
     pub(crate) fn bind(&self) -> Result<()> {
         if current_raw()? != self.raw {
             // SAFETY: the context is alive (we hold it).
-            check("cuCtxSetCurrent", unsafe {
-                cuda_sys::cuCtxSetCurrent(self.raw)
-            })?;
+            unsafe { cu!(cuCtxSetCurrent(self.raw)) }?;
         }
         Ok(())
     }
@@ -327,9 +318,7 @@ impl Drop for ContextInner {
                 let r = r.clone().and_then(|_| {
                     // SAFETY: loaded by `cached_cubin` in this context; every Module of it held
                     // the context, so none is left.
-                    check("cuModuleUnload", unsafe {
-                        cuda_sys::cuModuleUnload(raw as CUmodule)
-                    })
+                    unsafe { cu!(cuModuleUnload(raw as CUmodule)) }
                 });
                 if let Err(e) = r {
                     tracing::error!(error = %e, key, "graph-rt: could not unload a cached module");
@@ -338,9 +327,7 @@ impl Drop for ContextInner {
         }
         if self.primary {
             // SAFETY: we retained the primary context of this device in `Context::new`.
-            let r = check("cuDevicePrimaryCtxRelease", unsafe {
-                cuda_sys::cuDevicePrimaryCtxRelease(self.device.as_raw())
-            });
+            let r = unsafe { cu!(cuDevicePrimaryCtxRelease(self.device.as_raw())) };
             if let Err(e) = r {
                 tracing::error!(error = %e, "graph-rt: could not release the primary context");
             }

@@ -5,14 +5,14 @@ use std::sync::OnceLock;
 
 use cuda_sys::{CUdevice, CUdevice_attribute as Attr};
 
-use crate::error::{check, Result};
+use super::call::cu;
+use crate::error::Result;
 
 /// Initialises the driver once per process (`cuInit(0)`); later calls return the first outcome.
 pub fn init() -> Result<()> {
     static INIT: OnceLock<Result<()>> = OnceLock::new();
     // SAFETY: cuInit has no preconditions.
-    INIT.get_or_init(|| check("cuInit", unsafe { cuda_sys::cuInit(0) }))
-        .clone()
+    INIT.get_or_init(|| unsafe { cu!(cuInit(0)) }).clone()
 }
 
 /// The installed driver's CUDA version (`cuDriverGetVersion`), e.g. `13000` for CUDA 13.0.
@@ -33,9 +33,7 @@ impl Device {
         init()?;
         let mut n: c_int = 0;
         // SAFETY: valid out-pointer.
-        check("cuDeviceGetCount", unsafe {
-            cuda_sys::cuDeviceGetCount(&mut n)
-        })?;
+        unsafe { cu!(cuDeviceGetCount(&mut n)) }?;
         Ok(n.max(0) as usize)
     }
 
@@ -47,9 +45,7 @@ impl Device {
         })?;
         let mut raw = 0;
         // SAFETY: valid out-pointer.
-        check("cuDeviceGet", unsafe {
-            cuda_sys::cuDeviceGet(&mut raw, index)
-        })?;
+        unsafe { cu!(cuDeviceGet(&mut raw, index)) }?;
         Ok(Self { raw, ordinal })
     }
 
@@ -67,22 +63,37 @@ impl Device {
     pub fn name(&self) -> Result<String> {
         let mut buf = [0 as c_char; 256];
         // SAFETY: the buffer holds `len` bytes; the driver NUL-terminates within them.
-        check("cuDeviceGetName", unsafe {
-            cuda_sys::cuDeviceGetName(buf.as_mut_ptr(), buf.len() as c_int, self.raw)
-        })?;
+        unsafe {
+            cu!(cuDeviceGetName(
+                buf.as_mut_ptr(),
+                buf.len() as c_int,
+                self.raw
+            ))
+        }?;
         // SAFETY: NUL-terminated by the driver (checked above).
         Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
             .to_string_lossy()
             .into_owned())
     }
 
+    /// The device's UUID (`cuDeviceGetUuid_v2`, which gives MIG instances their own; else
+    /// `cuDeviceGetUuid`). A driver with neither is an [`Error::Load`](crate::Error::Load).
+    pub fn uuid(&self) -> Result<[u8; 16]> {
+        let mut raw = cuda_sys::CUuuid { bytes: [0; 16] };
+        // SAFETY: a valid device handle and an out-pointer to a 16-byte CUuuid.
+        match unsafe { cu!(cuDeviceGetUuid_v2(&mut raw, self.raw)) } {
+            // SAFETY: as above.
+            Err(crate::Error::Load(_)) => unsafe { cu!(cuDeviceGetUuid(&mut raw, self.raw)) }?,
+            r => r?,
+        }
+        Ok(raw.bytes.map(|b| b as u8))
+    }
+
     /// Reads one device attribute (`cuDeviceGetAttribute`).
     pub fn attribute(&self, attribute: Attr) -> Result<i32> {
         let mut v = 0;
         // SAFETY: valid out-pointer.
-        check("cuDeviceGetAttribute", unsafe {
-            cuda_sys::cuDeviceGetAttribute(&mut v, attribute, self.raw)
-        })?;
+        unsafe { cu!(cuDeviceGetAttribute(&mut v, attribute, self.raw)) }?;
         Ok(v)
     }
 
@@ -98,9 +109,7 @@ impl Device {
     pub fn total_memory(&self) -> Result<usize> {
         let mut bytes = 0;
         // SAFETY: valid out-pointer.
-        check("cuDeviceTotalMem", unsafe {
-            cuda_sys::cuDeviceTotalMem(&mut bytes, self.raw)
-        })?;
+        unsafe { cu!(cuDeviceTotalMem(&mut bytes, self.raw)) }?;
         Ok(bytes)
     }
 

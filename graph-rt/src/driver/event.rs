@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use cuda_sys::{CUevent, CUevent_flags};
 
+use super::call::{cu, cu_code};
 use super::Context;
 use super::Stream;
-use crate::error::{check, Error, Result};
+use crate::error::Result;
 
 /// What an event records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -61,9 +62,7 @@ impl Event {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is current.
-        check("cuEventCreate", unsafe {
-            cuda_sys::cuEventCreate(&mut raw, flags.0)
-        })?;
+        unsafe { cu!(cuEventCreate(&mut raw, flags.0)) }?;
         Ok(Self {
             raw,
             ctx: ctx.clone(),
@@ -111,9 +110,7 @@ impl Event {
     pub(crate) fn record_on(&self, stream: &crate::driver::StreamInner) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: valid event; the caller holds the stream.
-        check("cuEventRecord", unsafe {
-            cuda_sys::cuEventRecord(self.raw, stream.raw())
-        })
+        unsafe { cu!(cuEventRecord(self.raw, stream.raw())) }
     }
 
     /// Records the event on a capturing stream as an event-record node of the graph
@@ -122,28 +119,25 @@ impl Event {
         self.ctx.bind()?;
         let flags = cuda_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL.0;
         // SAFETY: valid event and stream.
-        check("cuEventRecordWithFlags", unsafe {
-            cuda_sys::cuEventRecordWithFlags(self.raw, stream.as_raw(), flags)
-        })
+        unsafe { cu!(cuEventRecordWithFlags(self.raw, stream.as_raw(), flags)) }
     }
 
     /// Waits until the recorded work is done (`cuEventSynchronize`).
     pub fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: valid event.
-        check("cuEventSynchronize", unsafe {
-            cuda_sys::cuEventSynchronize(self.raw)
-        })
+        unsafe { cu!(cuEventSynchronize(self.raw)) }
     }
 
     /// Whether the recorded work is done (`cuEventQuery`), without waiting.
     pub fn is_complete(&self) -> Result<bool> {
         self.ctx.bind()?;
         // SAFETY: valid event.
-        match unsafe { cuda_sys::cuEventQuery(self.raw) }? {
+        let r = unsafe { cu_code!(cuEventQuery(self.raw)) }?;
+        match r.code {
             cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
             cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(Error::driver("cuEventQuery", code)),
+            _ => Err(r.error()),
         }
     }
 
@@ -153,9 +147,7 @@ impl Event {
         start.ctx.bind()?;
         let mut ms = 0.0f32;
         // SAFETY: valid out-pointer and events.
-        check("cuEventElapsedTime", unsafe {
-            cuda_sys::cuEventElapsedTime(&mut ms, start.raw, end.raw)
-        })?;
+        unsafe { cu!(cuEventElapsedTime(&mut ms, start.raw, end.raw)) }?;
         Ok(ms)
     }
 }
@@ -168,9 +160,7 @@ impl Drop for EventHandle {
         let inner = &self.ctx.inner;
         let r = inner.bind().and_then(|_| {
             // SAFETY: we created the event; destroying a recorded event is allowed.
-            check("cuEventDestroy", unsafe {
-                cuda_sys::cuEventDestroy(self.raw)
-            })
+            unsafe { cu!(cuEventDestroy(self.raw)) }
         });
         inner.record(r);
     }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cuda_sys::CUdeviceptr;
 
+use super::call::cu;
 use super::memory::byte_len;
 use super::{Context, ContextInner};
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 
 /// `len` zeroed elements of `T` in page-locked host memory mapped into the device's address
 /// space. The device may read and write it while kernels run, so the host accesses it element by
@@ -51,17 +52,13 @@ impl<T: Pod> MappedHostBuffer<T> {
         let flags = cuda_sys::CU_MEMHOSTALLOC_DEVICEMAP | cuda_sys::CU_MEMHOSTALLOC_PORTABLE;
         ctx.inner.alloc_retrying(|| {
             // SAFETY: valid out-pointer; the context is current.
-            check(CALL, unsafe {
-                cuda_sys::cuMemHostAlloc(&mut ptr, bytes, flags)
-            })
+            unsafe { cu!(cuMemHostAlloc(&mut ptr, bytes, flags)) }
         })?;
         // SAFETY: the allocation holds `bytes` bytes, not yet shared with the device.
         unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
         let mut device = 0;
         // SAFETY: `ptr` is mapped host memory of this context; flags must be 0.
-        let r = check("cuMemHostGetDevicePointer", unsafe {
-            cuda_sys::cuMemHostGetDevicePointer(&mut device, ptr, 0)
-        });
+        let r = unsafe { cu!(cuMemHostGetDevicePointer(&mut device, ptr, 0)) };
         if let Err(e) = r {
             // SAFETY: allocated above, never shared.
             let _ = unsafe { cuda_sys::cuMemFreeHost(ptr) };
@@ -119,9 +116,7 @@ impl<T: Pod> Drop for MappedHostBuffer<T> {
         let r = self.ctx.bind().and_then(|_| {
             // SAFETY: we allocated `ptr` with cuMemHostAlloc; its owner keeps it alive while the
             // device may use it.
-            check("cuMemFreeHost", unsafe {
-                cuda_sys::cuMemFreeHost(self.ptr.cast())
-            })
+            unsafe { cu!(cuMemFreeHost(self.ptr.cast())) }
         });
         self.ctx.record(r);
     }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use cuda_sys::CUdeviceptr;
 
+use super::call::cu;
 use super::view::view;
 use super::{Context, ContextInner};
 use super::{DeviceView, PinnedHostBuffer, Stream, StreamInner};
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 
 /// Where an allocation's memory comes from, and so how it is released (the `Drop` of
 /// [`Allocation`]). Nothing outside this module sees the backing: launches, captures and exec
@@ -70,9 +71,7 @@ impl<T: Pod> std::fmt::Debug for DeviceBuffer<T> {
 /// before the fill it relies on.
 fn settle() -> Result<()> {
     // SAFETY: a null stream is the legacy default stream of the current context.
-    check("cuStreamSynchronize", unsafe {
-        cuda_sys::cuStreamSynchronize(std::ptr::null_mut())
-    })
+    unsafe { cu!(cuStreamSynchronize(std::ptr::null_mut())) }
 }
 
 pub(super) fn byte_len<T>(call: &'static str, len: usize) -> Result<usize> {
@@ -158,14 +157,14 @@ pub(super) fn read_on<T: Pod>(
     // SAFETY: the caller checked that `src` holds as many elements as `dst`; T: Pod accepts any
     // bytes; the copy is done once the stream is (pageable memory: when the call returns), and
     // a failed wait is a sticky error that stops the context's work.
-    check("cuMemcpyDtoHAsync", unsafe {
-        cuda_sys::cuMemcpyDtoHAsync(
+    unsafe {
+        cu!(cuMemcpyDtoHAsync(
             dst.as_mut_ptr().cast(),
             src,
             std::mem::size_of_val(dst),
             stream.as_raw(),
-        )
-    })?;
+        ))
+    }?;
     stream.synchronize()
 }
 
@@ -183,14 +182,14 @@ pub(super) fn write_on<T: Pod>(
     stream.context().bind()?;
     // SAFETY: the caller checked that `dst` holds as many elements as `src`; `src` is read by
     // the time the stream is done (pageable memory: staged when the call returns).
-    check("cuMemcpyHtoDAsync", unsafe {
-        cuda_sys::cuMemcpyHtoDAsync(
+    unsafe {
+        cu!(cuMemcpyHtoDAsync(
             dst,
             src.as_ptr().cast(),
             std::mem::size_of_val(src),
             stream.as_raw(),
-        )
-    })?;
+        ))
+    }?;
     stream.synchronize()
 }
 
@@ -204,9 +203,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if bytes > 0 {
             ctx.inner.alloc_retrying(|| {
                 // SAFETY: valid out-pointer; the context is current.
-                check("cuMemAlloc", unsafe {
-                    cuda_sys::cuMemAlloc(&mut ptr, bytes)
-                })
+                unsafe { cu!(cuMemAlloc(&mut ptr, bytes)) }
             })?;
         }
         Ok(Self::wrap(ptr, len, &ctx.inner, Backing::Device))
@@ -247,9 +244,7 @@ impl<T: Pod> DeviceBuffer<T> {
         if bytes > 0 {
             stream.ctx_inner().alloc_retrying(|| {
                 // SAFETY: valid out-pointer and stream; the context is current.
-                check("cuMemAllocAsync", unsafe {
-                    cuda_sys::cuMemAllocAsync(&mut ptr, bytes, stream.as_raw())
-                })
+                unsafe { cu!(cuMemAllocAsync(&mut ptr, bytes, stream.as_raw())) }
             })?;
         }
         Ok(Self::wrap(
@@ -327,9 +322,13 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         self.alloc.quiesce()?;
         // SAFETY: both sides hold num_bytes bytes; the context is current.
-        check("cuMemcpyHtoD", unsafe {
-            cuda_sys::cuMemcpyHtoD(self.ptr, src.as_ptr().cast(), self.num_bytes())
-        })?;
+        unsafe {
+            cu!(cuMemcpyHtoD(
+                self.ptr,
+                src.as_ptr().cast(),
+                self.num_bytes()
+            ))
+        }?;
         settle()
     }
 
@@ -344,9 +343,13 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         self.alloc.quiesce()?;
         // SAFETY: both sides hold num_bytes bytes; T: Pod accepts any bytes.
-        check("cuMemcpyDtoH", unsafe {
-            cuda_sys::cuMemcpyDtoH(dst.as_mut_ptr().cast(), self.ptr, self.num_bytes())
-        })
+        unsafe {
+            cu!(cuMemcpyDtoH(
+                dst.as_mut_ptr().cast(),
+                self.ptr,
+                self.num_bytes()
+            ))
+        }
     }
 
     /// Copies the buffer into a new `Vec`, after all work of the context (see
@@ -403,9 +406,7 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         self.alloc.quiesce()?;
         // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
-        check("cuMemcpyDtoD", unsafe {
-            cuda_sys::cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())
-        })?;
+        unsafe { cu!(cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())) }?;
         settle()
     }
 
@@ -422,9 +423,7 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         self.alloc.quiesce()?;
         // SAFETY: the allocation holds num_bytes bytes.
-        check("cuMemsetD8", unsafe {
-            cuda_sys::cuMemsetD8(self.ptr, value, self.num_bytes())
-        })?;
+        unsafe { cu!(cuMemsetD8(self.ptr, value, self.num_bytes())) }?;
         settle()
     }
 
@@ -446,9 +445,7 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         self.alloc.quiesce()?;
         // SAFETY: the allocation holds num_bytes / 4 words.
-        check("cuMemsetD32", unsafe {
-            cuda_sys::cuMemsetD32(self.ptr, value, self.num_bytes() / 4)
-        })?;
+        unsafe { cu!(cuMemsetD32(self.ptr, value, self.num_bytes() / 4)) }?;
         settle()
     }
 
@@ -466,9 +463,14 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         stream.context().bind()?;
         // SAFETY: the allocation holds num_bytes bytes; the caller keeps it alive.
-        check("cuMemsetD8Async", unsafe {
-            cuda_sys::cuMemsetD8Async(self.ptr, 0, self.num_bytes(), stream.as_raw())
-        })
+        unsafe {
+            cu!(cuMemsetD8Async(
+                self.ptr,
+                0,
+                self.num_bytes(),
+                stream.as_raw()
+            ))
+        }
     }
 
     /// Queues a device-to-device copy on `stream` (`cuMemcpyDtoDAsync`); lengths must match.
@@ -487,9 +489,14 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         stream.context().bind()?;
         // SAFETY: both allocations hold num_bytes bytes; the caller keeps them alive.
-        check("cuMemcpyDtoDAsync", unsafe {
-            cuda_sys::cuMemcpyDtoDAsync(self.ptr, src.ptr, self.num_bytes(), stream.as_raw())
-        })
+        unsafe {
+            cu!(cuMemcpyDtoDAsync(
+                self.ptr,
+                src.ptr,
+                self.num_bytes(),
+                stream.as_raw()
+            ))
+        }
     }
 
     /// Queues a copy from page-locked host memory on `stream` (`cuMemcpyHtoDAsync`).
@@ -508,9 +515,14 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         stream.context().bind()?;
         // SAFETY: sizes match; the caller keeps `src` alive and unchanged until completion.
-        check("cuMemcpyHtoDAsync", unsafe {
-            cuda_sys::cuMemcpyHtoDAsync(self.ptr, src.ptr.cast(), self.num_bytes(), stream.as_raw())
-        })
+        unsafe {
+            cu!(cuMemcpyHtoDAsync(
+                self.ptr,
+                src.ptr.cast(),
+                self.num_bytes(),
+                stream.as_raw()
+            ))
+        }
     }
 
     /// Queues a copy into page-locked host memory on `stream` (`cuMemcpyDtoHAsync`).
@@ -528,9 +540,14 @@ impl<T: Pod> DeviceBuffer<T> {
         }
         stream.context().bind()?;
         // SAFETY: sizes match; the caller keeps `dst` alive and untouched until completion.
-        check("cuMemcpyDtoHAsync", unsafe {
-            cuda_sys::cuMemcpyDtoHAsync(dst.ptr.cast(), self.ptr, self.num_bytes(), stream.as_raw())
-        })
+        unsafe {
+            cu!(cuMemcpyDtoHAsync(
+                dst.ptr.cast(),
+                self.ptr,
+                self.num_bytes(),
+                stream.as_raw()
+            ))
+        }
     }
 }
 
@@ -555,7 +572,7 @@ impl Allocation {
     fn quiesce(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: the context is current.
-        check("cuCtxSynchronize", unsafe { cuda_sys::cuCtxSynchronize() })
+        unsafe { cu!(cuCtxSynchronize()) }
     }
 }
 
@@ -569,7 +586,7 @@ impl Drop for DeviceMemory {
             // SAFETY: we allocated the memory with cuMemAlloc and nothing else refers to it;
             // cuMemFree synchronizes with the device before freeing, so no queued work still
             // uses it.
-            check("cuMemFree", unsafe { cuda_sys::cuMemFree(self.0) })
+            unsafe { cu!(cuMemFree(self.0)) }
         });
         self.1.record(r);
     }
@@ -590,9 +607,7 @@ impl Drop for Allocation {
             }
             Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
                 // SAFETY: we allocated `ptr` on this stream, which we keep alive.
-                check("cuMemFreeAsync", unsafe {
-                    cuda_sys::cuMemFreeAsync(self.ptr, stream.raw())
-                })
+                unsafe { cu!(cuMemFreeAsync(self.ptr, stream.raw())) }
             }),
         };
         self.ctx.record(r);

@@ -4,6 +4,7 @@
 //! Depends on nothing else of this crate but `error` and `resource`; `launch/` and `graph/` build
 //! on it.
 
+mod call;
 mod context;
 mod device;
 mod event;
@@ -15,6 +16,7 @@ mod release;
 mod stream;
 mod view;
 
+pub(crate) use call::{cu, cu_code, Returned};
 pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
 pub use device::{driver_version, graph_features, init, Device, Feature};

@@ -5,8 +5,9 @@ use std::sync::{Arc, OnceLock};
 
 use cuda_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUmodule};
 
+use super::call::{cu, cu_code};
 use super::Context;
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 
 /// A loaded module. Cloning shares it; it is unloaded when the last clone and the last
 /// [`Function`] taken from it are gone.
@@ -87,15 +88,15 @@ impl Module {
         let mut raw = std::ptr::null_mut();
         // SAFETY: `image` is a NUL-terminated PTX string or an aligned binary image; the option
         // arrays have matching lengths; the log buffer holds LOG_BYTES bytes.
-        let r = check("cuModuleLoadDataEx", unsafe {
-            cuda_sys::cuModuleLoadDataEx(
+        let r = unsafe {
+            cu!(cuModuleLoadDataEx(
                 &mut raw,
                 image,
                 options.len() as c_uint,
                 options.as_mut_ptr(),
                 values.as_mut_ptr(),
-            )
-        });
+            ))
+        };
         if let Err(e) = r {
             let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
             let log = String::from_utf8_lossy(&log[..end]).trim().to_owned();
@@ -141,7 +142,7 @@ impl Module {
         self.inner.ctx.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer, module and NUL-terminated name.
-        check("cuModuleGetFunction", unsafe { cuda_sys::cuModuleGetFunction(&mut raw, self.inner.raw, cname.as_ptr()) })
+        unsafe { cu!(cuModuleGetFunction(&mut raw, self.inner.raw, cname.as_ptr())) }
             .map_err(|e| e.with_hint(format!("the module has no kernel named `{name}` (C++ kernels need extern \"C\" or their mangled name)")))?;
         Ok(Function {
             inner: Arc::new(FunctionInner {
@@ -178,9 +179,7 @@ impl Drop for ModuleInner {
             let inner = &self.ctx.inner;
             let r = inner.bind().and_then(|_| {
                 // SAFETY: we loaded the module; no Function of it is alive (they hold this value).
-                check("cuModuleUnload", unsafe {
-                    cuda_sys::cuModuleUnload(self.raw)
-                })
+                unsafe { cu!(cuModuleUnload(self.raw)) }
             });
             inner.record(r);
         }
@@ -253,9 +252,7 @@ impl Function {
     pub fn attribute(&self, attribute: FnAttr) -> Result<i32> {
         let mut v = 0;
         // SAFETY: valid out-pointer and function.
-        check("cuFuncGetAttribute", unsafe {
-            cuda_sys::cuFuncGetAttribute(&mut v, attribute, self.inner.raw)
-        })?;
+        unsafe { cu!(cuFuncGetAttribute(&mut v, attribute, self.inner.raw)) }?;
         Ok(v)
     }
 
@@ -283,9 +280,7 @@ impl Function {
     /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
     pub fn set_attribute(&self, attribute: FnAttr, value: i32) -> Result<()> {
         // SAFETY: valid function; the driver validates the attribute and value.
-        check("cuFuncSetAttribute", unsafe {
-            cuda_sys::cuFuncSetAttribute(self.inner.raw, attribute, value)
-        })
+        unsafe { cu!(cuFuncSetAttribute(self.inner.raw, attribute, value)) }
     }
 
     /// Allows launches with up to `bytes` of dynamic shared memory (above 48 KiB needs this).
@@ -307,12 +302,12 @@ pub(crate) unsafe fn param_layout_of(raw: CUfunction) -> Result<Vec<ParamInfo>> 
     for index in 0.. {
         let (mut offset, mut size) = (0usize, 0usize);
         // SAFETY: valid out-pointers; `raw` valid (the caller's promise).
-        let r = unsafe { cuda_sys::cuFuncGetParamInfo(raw, index, &mut offset, &mut size) }?;
-        match r {
+        let r = unsafe { cu_code!(cuFuncGetParamInfo(raw, index, &mut offset, &mut size)) }?;
+        match r.code {
             cuda_sys::CUresult::CUDA_SUCCESS => out.push(ParamInfo { offset, size }),
             // Past the last parameter.
             cuda_sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
-            code => return Err(Error::driver("cuFuncGetParamInfo", code)),
+            _ => return Err(r.error()),
         }
     }
     Ok(out)

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
+use super::call::cu;
 use super::memory::byte_len;
 use super::{Context, ContextInner};
-use crate::error::{check, Result};
+use crate::error::Result;
 
 /// `len` elements of `T` in page-locked host memory (`cuMemHostAlloc`), zero-initialised, which
 /// the device can copy from and to asynchronously.
@@ -30,9 +31,7 @@ impl<T: Pod> PinnedHostBuffer<T> {
         if bytes > 0 {
             ctx.inner.alloc_retrying(|| {
                 // SAFETY: valid out-pointer; the context is current.
-                check("cuMemHostAlloc", unsafe {
-                    cuda_sys::cuMemHostAlloc(&mut ptr, bytes, 0)
-                })
+                unsafe { cu!(cuMemHostAlloc(&mut ptr, bytes, 0)) }
             })?;
             // SAFETY: the allocation holds `bytes` bytes.
             unsafe { std::ptr::write_bytes(ptr.cast::<u8>(), 0, bytes) };
@@ -80,9 +79,7 @@ impl<T: Pod> Drop for PinnedHostBuffer<T> {
         }
         let r = self.ctx.bind().and_then(|_| {
             // SAFETY: we allocated `ptr` with cuMemHostAlloc.
-            check("cuMemFreeHost", unsafe {
-                cuda_sys::cuMemFreeHost(self.ptr.cast())
-            })
+            unsafe { cu!(cuMemFreeHost(self.ptr.cast())) }
         });
         self.ctx.record(r);
     }

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use cuda_sys::{CUstream, CUstream_flags};
 
+use super::call::{cu, cu_code};
 use super::Event;
 use super::{Context, ContextInner};
-use crate::error::{check, Result};
+use crate::error::Result;
 
 /// How a stream orders itself against the legacy default stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,9 +79,7 @@ impl Stream {
         };
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the context is current.
-        check("cuStreamCreateWithPriority", unsafe {
-            cuda_sys::cuStreamCreateWithPriority(&mut raw, flags.0, priority)
-        })?;
+        unsafe { cu!(cuStreamCreateWithPriority(&mut raw, flags.0, priority)) }?;
         Ok(Self::wrap(raw, ctx, true))
     }
 
@@ -89,9 +88,7 @@ impl Stream {
         ctx.bind()?;
         let (mut least, mut greatest) = (0, 0);
         // SAFETY: valid out-pointers; the context is current.
-        check("cuCtxGetStreamPriorityRange", unsafe {
-            cuda_sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
-        })?;
+        unsafe { cu!(cuCtxGetStreamPriorityRange(&mut least, &mut greatest)) }?;
         Ok((least, greatest))
     }
 
@@ -152,9 +149,7 @@ impl Stream {
     pub fn priority(&self) -> Result<i32> {
         let mut p = 0;
         // SAFETY: valid out-pointer and stream.
-        check("cuStreamGetPriority", unsafe {
-            cuda_sys::cuStreamGetPriority(self.as_raw(), &mut p)
-        })?;
+        unsafe { cu!(cuStreamGetPriority(self.as_raw(), &mut p)) }?;
         Ok(p)
     }
 
@@ -173,9 +168,17 @@ impl Stream {
     pub fn wait(&self, event: &Event) -> Result<()> {
         self.context().bind()?;
         // SAFETY: valid stream and event.
-        check("cuStreamWaitEvent", unsafe {
-            cuda_sys::cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)
-        })
+        unsafe { cu!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
+    }
+
+    /// Makes later work on this stream wait for `event` as an external wait
+    /// (`CU_EVENT_WAIT_EXTERNAL`): captured, it becomes an event-wait node of the graph, which
+    /// waits at every replay for the event's latest record, instead of an edge of the capture.
+    pub(crate) fn wait_external(&self, event: &Event) -> Result<()> {
+        self.context().bind()?;
+        let external = cuda_sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
+        // SAFETY: valid stream and event.
+        unsafe { cu!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), external)) }
     }
 
     /// Whether the stream is capturing (`cuStreamIsCapturing`).
@@ -209,9 +212,7 @@ impl StreamInner {
     pub(crate) fn capture_status(&self) -> Result<cuda_sys::CUstreamCaptureStatus> {
         let mut s = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: valid stream (we hold it) and out-pointer.
-        check("cuStreamIsCapturing", unsafe {
-            cuda_sys::cuStreamIsCapturing(self.raw, &mut s)
-        })?;
+        unsafe { cu!(cuStreamIsCapturing(self.raw, &mut s)) }?;
         Ok(s)
     }
 
@@ -219,10 +220,11 @@ impl StreamInner {
     pub(crate) fn is_idle(&self) -> Result<bool> {
         self.ctx.bind()?;
         // SAFETY: valid stream (we hold it) of the current context.
-        match unsafe { cuda_sys::cuStreamQuery(self.raw) }? {
+        let r = unsafe { cu_code!(cuStreamQuery(self.raw)) }?;
+        match r.code {
             cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
             cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            code => Err(crate::Error::driver("cuStreamQuery", code)),
+            _ => Err(r.error()),
         }
     }
 
@@ -230,9 +232,7 @@ impl StreamInner {
     pub(crate) fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: valid stream (we hold it) of the current context.
-        check("cuStreamSynchronize", unsafe {
-            cuda_sys::cuStreamSynchronize(self.raw)
-        })
+        unsafe { cu!(cuStreamSynchronize(self.raw)) }
     }
 }
 
@@ -244,9 +244,7 @@ impl Drop for StreamInner {
         let inner = &self.ctx.inner;
         let r = inner.bind().and_then(|_| {
             // SAFETY: we created the stream; work queued on it still completes after destruction.
-            check("cuStreamDestroy", unsafe {
-                cuda_sys::cuStreamDestroy(self.raw)
-            })
+            unsafe { cu!(cuStreamDestroy(self.raw)) }
         });
         inner.record(r);
     }

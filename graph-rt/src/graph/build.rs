@@ -9,8 +9,8 @@ use cuda_sys::{CUevent, CUgraph, CUgraphNode};
 
 use super::graph::{raw_nodes, DriverResult, Graph, GraphAllocation};
 use super::node::{copy_params, kernel_params, memset_params, EdgeKind, Node};
-use crate::driver::{DeviceBuffer, Event, Function};
-use crate::error::{check, Error, Result};
+use crate::driver::{cu, cu_code, DeviceBuffer, Event, Function};
+use crate::error::{Error, Result};
 use crate::launch::{check_layout, KernelArgs, LaunchConfig};
 use crate::resource::Resource;
 
@@ -36,9 +36,15 @@ impl Graph {
             let p = kernel_params(f, config, params.as_mut_ptr());
             let mut node = std::ptr::null_mut();
             // SAFETY: `p` points at parameter values alive for this call (the driver copies them).
-            check("cuGraphAddKernelNode", unsafe {
-                cuda_sys::cuGraphAddKernelNode(&mut node, self.raw, deps.as_ptr(), deps.len(), &p)
-            })?;
+            unsafe {
+                cu!(cuGraphAddKernelNode(
+                    &mut node,
+                    self.raw,
+                    deps.as_ptr(),
+                    deps.len(),
+                    &p
+                ))
+            }?;
             Ok(node)
         })?;
         // The node exists from here on: record it and keep what it uses before anything else
@@ -48,9 +54,7 @@ impl Graph {
         self.functions.insert(f.as_raw() as usize, f.clone());
         for attr in config.attributes() {
             // SAFETY: valid node and attribute value.
-            check("cuGraphKernelNodeSetAttribute", unsafe {
-                cuda_sys::cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)
-            })?;
+            unsafe { cu!(cuGraphKernelNodeSetAttribute(node, attr.id, &attr.value)) }?;
         }
         Ok(Node {
             raw: node,
@@ -71,7 +75,7 @@ impl Graph {
         self.ctx.bind()?;
         let deps = raw_nodes(deps, self.handle.id, call)?;
         let mut node = std::ptr::null_mut();
-        check(call, add(&mut node, self.raw, deps.as_ptr(), deps.len()))?;
+        add(&mut node, self.raw, deps.as_ptr(), deps.len())?.check()?;
         self.handle.creation.lock().nodes.push(node);
         Ok(Node {
             raw: node,
@@ -95,7 +99,7 @@ impl Graph {
         let (p, ctx) = (copy_params(dst, src), self.ctx.as_raw());
         // SAFETY: both allocations hold the bytes copied and are kept alive below.
         let node = self.add_node("cuGraphAddMemcpyNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemcpyNode(n, g, d, len, &p, ctx)
+            cu_code!(cuGraphAddMemcpyNode(n, g, d, len, &p, ctx))
         })?;
         self.kept().extend([
             dst.allocation().clone() as Resource,
@@ -117,7 +121,7 @@ impl Graph {
         );
         // SAFETY: the allocation holds the words set and is kept alive below.
         let node = self.add_node("cuGraphAddMemsetNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemsetNode(n, g, d, len, &p, ctx)
+            cu_code!(cuGraphAddMemsetNode(n, g, d, len, &p, ctx))
         })?;
         self.kept().push(dst.allocation().clone());
         Ok(node)
@@ -127,19 +131,26 @@ impl Graph {
     pub fn add_empty(&mut self, deps: &[Node]) -> Result<Node> {
         // SAFETY: valid out-pointer, graph and dependency list.
         self.add_node("cuGraphAddEmptyNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddEmptyNode(n, g, d, len)
+            cu_code!(cuGraphAddEmptyNode(n, g, d, len))
         })
     }
 
     /// Adds a node that records `event`.
     pub fn add_event_record(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let add = cuda_sys::cuGraphAddEventRecordNode;
+        let add = |n, g, d, len, e| {
+            // SAFETY: add_event_node passes the graph, its lock held, valid dependencies and a
+            // live event.
+            unsafe { cu_code!(cuGraphAddEventRecordNode(n, g, d, len, e)) }
+        };
         self.add_event_node("cuGraphAddEventRecordNode", deps, event, add)
     }
 
     /// Adds a node that waits for `event`.
     pub fn add_event_wait(&mut self, deps: &[Node], event: &Event) -> Result<Node> {
-        let add = cuda_sys::cuGraphAddEventWaitNode;
+        let add = |n, g, d, len, e| {
+            // SAFETY: as for add_event_record.
+            unsafe { cu_code!(cuGraphAddEventWaitNode(n, g, d, len, e)) }
+        };
         self.add_event_node("cuGraphAddEventWaitNode", deps, event, add)
     }
 
@@ -149,17 +160,11 @@ impl Graph {
         call: &'static str,
         deps: &[Node],
         event: &Event,
-        add: unsafe fn(
-            *mut CUgraphNode,
-            CUgraph,
-            *const CUgraphNode,
-            usize,
-            CUevent,
-        ) -> DriverResult,
+        add: impl FnOnce(*mut CUgraphNode, CUgraph, *const CUgraphNode, usize, CUevent) -> DriverResult,
     ) -> Result<Node> {
         let raw = event.as_raw();
-        // SAFETY: the event is valid and kept alive below.
-        let node = self.add_node(call, deps, |n, g, d, len| unsafe { add(n, g, d, len, raw) })?;
+        // The event is valid and kept alive below.
+        let node = self.add_node(call, deps, |n, g, d, len| add(n, g, d, len, raw))?;
         self.kept().push(event.resource());
         Ok(node)
     }
@@ -178,7 +183,7 @@ impl Graph {
         let _child_guard = child.handle.lock("cuGraphAddChildGraphNode")?;
         // SAFETY: valid graphs; the driver clones the child.
         let node = self.add_node("cuGraphAddChildGraphNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddChildGraphNode(n, g, d, len, child.raw)
+            cu_code!(cuGraphAddChildGraphNode(n, g, d, len, child.raw))
         })?;
         self.kept().extend(child.keep.iter().cloned());
         self.functions
@@ -208,7 +213,7 @@ impl Graph {
         };
         // SAFETY: the callback outlives the node: the graph keeps it below.
         let node = self.add_node("cuGraphAddHostNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddHostNode(n, g, d, len, &p)
+            cu_code!(cuGraphAddHostNode(n, g, d, len, &p))
         })?;
         self.kept().push(callback);
         Ok(node)
@@ -227,7 +232,7 @@ impl Graph {
         p.bytesize = bytes;
         // SAFETY: valid parameters; the driver writes p.dptr.
         let node = self.add_node("cuGraphAddMemAllocNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemAllocNode(n, g, d, len, &mut p)
+            cu_code!(cuGraphAddMemAllocNode(n, g, d, len, &mut p))
         })?;
         let one_exec = &self.handle.one_exec;
         one_exec.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -238,7 +243,7 @@ impl Graph {
     pub fn add_mem_free(&mut self, deps: &[Node], allocation: GraphAllocation) -> Result<Node> {
         // SAFETY: the driver checks that the address is a graph allocation.
         self.add_node("cuGraphAddMemFreeNode", deps, |n, g, d, len| unsafe {
-            cuda_sys::cuGraphAddMemFreeNode(n, g, d, len, allocation.ptr)
+            cu_code!(cuGraphAddMemFreeNode(n, g, d, len, allocation.ptr))
         })
     }
 
@@ -274,15 +279,15 @@ impl Graph {
         let (f, t) = (raw_nodes(from, id, CALL)?, raw_nodes(to, id, CALL)?);
         let data = vec![cuda_sys::CUgraphEdgeData::from(kind); f.len()];
         // SAFETY: three equal-length arrays; nodes of this graph.
-        check(CALL, unsafe {
-            cuda_sys::cuGraphAddDependencies_v2(
+        unsafe {
+            cu!(cuGraphAddDependencies_v2(
                 self.raw,
                 f.as_ptr(),
                 t.as_ptr(),
                 data.as_ptr(),
                 f.len(),
-            )
-        })
+            ))
+        }
     }
 
     /// Replaces kernel node `node`'s kernel and arguments (`cuGraphKernelNodeSetParams`), with
@@ -308,9 +313,7 @@ impl Graph {
             let p = kernel_params(f, config, params.as_mut_ptr());
             // SAFETY: a kernel node of this locked graph; `p` points at parameter values alive
             // for this call (the driver copies them).
-            check(CALL, unsafe {
-                cuda_sys::cuGraphKernelNodeSetParams(raw, &p)
-            })
+            unsafe { cu!(cuGraphKernelNodeSetParams(raw, &p)) }
         })?;
         args.retain(self.kept());
         self.functions.insert(f.as_raw() as usize, f.clone());

@@ -18,8 +18,8 @@ use crate::driver::capture_lock;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
-use crate::driver::{Event, EventFlags};
-use crate::error::{check, Error, Result};
+use crate::driver::{cu, Event, EventFlags};
+use crate::error::{Error, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::resource::Resource;
 
@@ -306,9 +306,7 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
         stream.context().bind()?;
         let mut graph = std::ptr::null_mut();
         // SAFETY: the stream is capturing (we began it).
-        let r = check("cuStreamEndCapture", unsafe {
-            cuda_sys::cuStreamEndCapture(stream.as_raw(), &mut graph)
-        });
+        let r = unsafe { cu!(cuStreamEndCapture(stream.as_raw(), &mut graph)) };
         if self.into.is_some() {
             // The caller's graph: never ours to destroy.
             return r
@@ -396,10 +394,8 @@ impl Stream {
         self.context().bind()?;
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
         // SAFETY: valid stream of the current context.
-        check("cuStreamBeginCapture", unsafe {
-            cuda_sys::cuStreamBeginCapture(self.as_raw(), mode.raw())
-        })
-        .map_err(Error::into_capture)?;
+        unsafe { cu!(cuStreamBeginCapture(self.as_raw(), mode.raw())) }
+            .map_err(Error::into_capture)?;
         let mut active = ActiveCapture::new(self, None, no_release);
         record(&active.scope).map_err(Error::into_capture)?;
         let raw = active.end()?;
@@ -436,16 +432,16 @@ impl Stream {
         let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
         // SAFETY: valid stream, graph and dependency list; no edge data.
-        check("cuStreamBeginCaptureToGraph", unsafe {
-            cuda_sys::cuStreamBeginCaptureToGraph(
+        unsafe {
+            cu!(cuStreamBeginCaptureToGraph(
                 self.as_raw(),
                 graph.raw,
                 deps.as_ptr(),
                 std::ptr::null(),
                 deps.len(),
                 mode.raw(),
-            )
-        })
+            ))
+        }
         .map_err(Error::into_capture)?;
         let existing_key = graph.launch_key;
         let mut active = ActiveCapture::new(self, Some(graph), no_release);

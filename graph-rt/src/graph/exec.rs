@@ -18,8 +18,8 @@ use super::retention::{AddrMap, InFlight, Retention};
 use crate::driver::Context;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
-use crate::driver::{Parked, Stream, StreamInner};
-use crate::error::{check, Error, Result};
+use crate::driver::{cu, Parked, Stream, StreamInner};
+use crate::error::{Error, Result};
 use crate::launch::{check_layout, KernelArgs, LaunchConfig};
 use crate::resource::Resource;
 
@@ -166,9 +166,7 @@ pub(super) fn instantiate_raw(
     let mut raw = std::ptr::null_mut();
     let Some(stream) = upload else {
         // SAFETY: valid graph and out-pointer.
-        check("cuGraphInstantiate", unsafe {
-            cuda_sys::cuGraphInstantiate(&mut raw, graph.raw, flags)
-        })?;
+        unsafe { cu!(cuGraphInstantiate(&mut raw, graph.raw, flags)) }?;
         return Ok(raw);
     };
     let mut p = cuda_sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
@@ -177,9 +175,7 @@ pub(super) fn instantiate_raw(
         ..Default::default()
     };
     // SAFETY: valid graph, stream, out-pointer and parameters.
-    let r = check("cuGraphInstantiateWithParams", unsafe {
-        cuda_sys::cuGraphInstantiateWithParams(&mut raw, graph.raw, &mut p)
-    });
+    let r = unsafe { cu!(cuGraphInstantiateWithParams(&mut raw, graph.raw, &mut p)) };
     let (result, node) = (p.result_out, p.hErrNode_out);
     r.map_err(|e| e.with_hint(format!("instantiate result {result:?} at node {node:?}")))?;
     Ok(raw)
@@ -235,9 +231,7 @@ impl GraphExec {
         self.same_context(stream, "cuGraphUpload")?;
         stream.context().bind()?;
         // SAFETY: valid exec and stream of its context.
-        check("cuGraphUpload", unsafe {
-            cuda_sys::cuGraphUpload(self.raw, stream.as_raw())
-        })?;
+        unsafe { cu!(cuGraphUpload(self.raw, stream.as_raw())) }?;
         self.needs_upload.set(false);
         Ok(())
     }
@@ -288,9 +282,7 @@ impl GraphExec {
         // SAFETY: valid exec and stream of its context; every resource the nodes use is kept
         // alive by this exec while a launch may read it, and drop parks it until the last
         // launch has finished.
-        check("cuGraphLaunch", unsafe {
-            cuda_sys::cuGraphLaunch(self.raw, stream.as_raw())
-        })?;
+        unsafe { cu!(cuGraphLaunch(self.raw, stream.as_raw())) }?;
         self.launches.set(self.launches.get() + 1);
         if self.last_raw.get() != stream.as_raw() as usize {
             self.last_raw.set(stream.as_raw() as usize);
@@ -343,10 +335,8 @@ impl GraphExec {
         let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
         let guard = graph.lock("cuGraphKernelNodeGetParams")?;
         // SAFETY: a node of a graph we keep alive; the driver fills `p`.
-        check("cuGraphKernelNodeGetParams", unsafe {
-            cuda_sys::cuGraphKernelNodeGetParams(source, &mut p)
-        })
-        .map_err(|_| Error::invalid(call, "not a kernel node"))?;
+        unsafe { cu!(cuGraphKernelNodeGetParams(source, &mut p)) }
+            .map_err(|_| Error::invalid(call, "not a kernel node"))?;
         drop(guard);
         let function = self.functions.get(&(p.func as usize)).cloned().ok_or_else(|| {
             Error::invalid(call, "the kernel node runs a function not launched through graph-rt (capture scope or Graph::add_kernel)")
@@ -442,9 +432,7 @@ impl GraphExec {
             let p = kernel_params(&info.function, c, params.as_mut_ptr());
             // SAFETY: a kernel node of this exec; parameter values alive for the call (the
             // driver copies them).
-            check(CALL, unsafe {
-                cuda_sys::cuGraphExecKernelNodeSetParams(exec, node_raw, &p)
-            })
+            unsafe { cu!(cuGraphExecKernelNodeSetParams(exec, node_raw, &p)) }
         })?;
         if let Some(c) = config {
             (info.config.grid, info.config.block) = (c.grid, c.block);
@@ -473,9 +461,7 @@ impl GraphExec {
         const CALL: &str = "cuGraphExecKernelNodeSetParams";
         let raw = self.member(node, CALL)?;
         // SAFETY: a node of this exec (resolved above); the caller's promise for `p`.
-        check(CALL, unsafe {
-            cuda_sys::cuGraphExecKernelNodeSetParams(self.raw, raw, p)
-        })?;
+        unsafe { cu!(cuGraphExecKernelNodeSetParams(self.raw, raw, p)) }?;
         // Read again from the graph on next use: the dimensions may have changed.
         self.kernels.remove(&(raw as usize));
         let mut none = std::mem::take(&mut self.scratch);
@@ -488,9 +474,7 @@ impl GraphExec {
     pub fn set_enabled(&mut self, node: Node, enabled: bool) -> Result<()> {
         let node_raw = self.member(node, "cuGraphNodeSetEnabled")?;
         // SAFETY: a node of this exec's graph.
-        check("cuGraphNodeSetEnabled", unsafe {
-            cuda_sys::cuGraphNodeSetEnabled(self.raw, node_raw, enabled as u32)
-        })
+        unsafe { cu!(cuGraphNodeSetEnabled(self.raw, node_raw, enabled as u32)) }
     }
 
     /// Points a copy node at new buffers (lengths must match each other and the original's).
@@ -510,9 +494,14 @@ impl GraphExec {
         let p = copy_params(dst, src);
         self.ctx.bind()?;
         // SAFETY: a memcpy node of this exec; both allocations are kept alive below.
-        check("cuGraphExecMemcpyNodeSetParams", unsafe {
-            cuda_sys::cuGraphExecMemcpyNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
-        })?;
+        unsafe {
+            cu!(cuGraphExecMemcpyNodeSetParams(
+                self.raw,
+                node_raw,
+                &p,
+                self.ctx.as_raw()
+            ))
+        }?;
         self.bind(
             node_raw,
             &mut vec![dst.allocation().clone(), src.allocation().clone()],
@@ -531,9 +520,14 @@ impl GraphExec {
         let p = memset_params("cuGraphExecMemsetNodeSetParams", dst, value)?;
         self.ctx.bind()?;
         // SAFETY: a memset node of this exec; the allocation is kept alive below.
-        check("cuGraphExecMemsetNodeSetParams", unsafe {
-            cuda_sys::cuGraphExecMemsetNodeSetParams(self.raw, node_raw, &p, self.ctx.as_raw())
-        })?;
+        unsafe {
+            cu!(cuGraphExecMemsetNodeSetParams(
+                self.raw,
+                node_raw,
+                &p,
+                self.ctx.as_raw()
+            ))
+        }?;
         self.bind(node_raw, &mut vec![dst.allocation().clone()]);
         Ok(())
     }
@@ -552,9 +546,7 @@ impl Drop for ExecToDestroy {
         let r = inner.bind().and_then(|_| {
             // SAFETY: we own the exec; no launch of it runs any more (its fence completed) or the
             // driver frees it once the launch completes.
-            check("cuGraphExecDestroy", unsafe {
-                cuda_sys::cuGraphExecDestroy(self.0)
-            })
+            unsafe { cu!(cuGraphExecDestroy(self.0)) }
         });
         inner.record(r);
     }

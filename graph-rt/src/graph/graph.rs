@@ -16,9 +16,9 @@ use cuda_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
 use super::identity::{CapturedNode, Creation};
 pub(crate) use super::node::{copy_params, kernel_params, memset_params};
 pub use super::node::{Edge, Node, NodeKind};
-use crate::driver::Context;
 use crate::driver::Function;
-use crate::error::{check, Error, Result};
+use crate::driver::{cu, Context};
+use crate::error::{Error, Result};
 use crate::launch::LaunchConfig;
 use crate::resource::Resource;
 
@@ -153,9 +153,7 @@ impl Drop for GraphHandle {
         let inner = &self.ctx.inner;
         let r = inner.bind().and_then(|_| {
             // SAFETY: the last owner of the graph is gone.
-            check("cuGraphDestroy", unsafe {
-                cuda_sys::cuGraphDestroy(self.raw)
-            })
+            unsafe { cu!(cuGraphDestroy(self.raw)) }
         });
         inner.record(r);
     }
@@ -170,7 +168,8 @@ impl std::fmt::Debug for Graph {
     }
 }
 
-pub(crate) type DriverResult = std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>;
+/// What a driver call of a node builder returned (see `cu_code!`).
+pub(crate) type DriverResult = Result<crate::driver::Returned>;
 
 /// The raw handles of `nodes`, which must belong to graph `graph`.
 pub(crate) fn raw_nodes(
@@ -190,9 +189,7 @@ impl Graph {
         ctx.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer; flags must be 0.
-        check("cuGraphCreate", unsafe {
-            cuda_sys::cuGraphCreate(&mut raw, 0)
-        })?;
+        unsafe { cu!(cuGraphCreate(&mut raw, 0)) }?;
         Ok(Self::from_parts(
             ctx,
             raw,
@@ -283,9 +280,7 @@ impl Graph {
         let raw = node.raw_in(self.handle.id, "cuGraphNodeGetType")?;
         let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
         // SAFETY: valid out-pointer and a node of this (live) graph.
-        check("cuGraphNodeGetType", unsafe {
-            cuda_sys::cuGraphNodeGetType(raw, &mut t)
-        })?;
+        unsafe { cu!(cuGraphNodeGetType(raw, &mut t)) }?;
         Ok(t.into())
     }
 
@@ -299,15 +294,11 @@ impl Graph {
         let _guard = handle.lock("cuGraphClone")?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid graph and out-pointer.
-        check("cuGraphClone", unsafe {
-            cuda_sys::cuGraphClone(&mut raw, self.raw)
-        })?;
+        unsafe { cu!(cuGraphClone(&mut raw, self.raw)) }?;
         let find = |original: CUgraphNode| -> Result<CUgraphNode> {
             let mut copy = std::ptr::null_mut();
             // SAFETY: a node of this graph (alive, locked) and its fresh clone.
-            check("cuGraphNodeFindInClone", unsafe {
-                cuda_sys::cuGraphNodeFindInClone(&mut copy, original, raw)
-            })?;
+            unsafe { cu!(cuGraphNodeFindInClone(&mut copy, original, raw)) }?;
             Ok(copy)
         };
         let mapped = (|| -> Result<_> {
@@ -394,9 +385,7 @@ impl Graph {
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
         let flags = cuda_sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
         // SAFETY: valid graph and NUL-terminated path.
-        check("cuGraphDebugDotPrint", unsafe {
-            cuda_sys::cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)
-        })
+        unsafe { cu!(cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)) }
     }
 }
 
@@ -404,18 +393,14 @@ impl Graph {
 pub(crate) fn nodes_of(graph: CUgraph, id: u64) -> Result<Vec<Node>> {
     let mut n = 0;
     // SAFETY: a null array asks for the count.
-    check("cuGraphGetNodes", unsafe {
-        cuda_sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)
-    })?;
+    unsafe { cu!(cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)) }?;
     // The driver refuses arrays with a count of 0.
     if n == 0 {
         return Ok(Vec::new());
     }
     let mut raw = vec![std::ptr::null_mut(); n];
     // SAFETY: the array holds n entries.
-    check("cuGraphGetNodes", unsafe {
-        cuda_sys::cuGraphGetNodes(graph, raw.as_mut_ptr(), &mut n)
-    })?;
+    unsafe { cu!(cuGraphGetNodes(graph, raw.as_mut_ptr(), &mut n)) }?;
     raw.truncate(n);
     Ok(raw.into_iter().map(|raw| Node { raw, graph: id }).collect())
 }
@@ -425,9 +410,7 @@ pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
     use std::ptr::null_mut as null;
     let mut n = 0;
     // SAFETY: null arrays ask for the count.
-    check("cuGraphGetEdges", unsafe {
-        cuda_sys::cuGraphGetEdges_v2(graph, null(), null(), null(), &mut n)
-    })?;
+    unsafe { cu!(cuGraphGetEdges_v2(graph, null(), null(), null(), &mut n)) }?;
     // The driver refuses arrays with a count of 0 (a graph with no edges).
     if n == 0 {
         return Ok(Vec::new());
@@ -435,15 +418,15 @@ pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
     let (mut from, mut to) = (vec![null(); n], vec![null(); n]);
     let mut data = vec![cuda_sys::CUgraphEdgeData::default(); n];
     // SAFETY: the three arrays hold n entries each.
-    check("cuGraphGetEdges", unsafe {
-        cuda_sys::cuGraphGetEdges_v2(
+    unsafe {
+        cu!(cuGraphGetEdges_v2(
             graph,
             from.as_mut_ptr(),
             to.as_mut_ptr(),
             data.as_mut_ptr(),
             &mut n,
-        )
-    })?;
+        ))
+    }?;
     let node = |raw| Node { raw, graph: id };
     Ok((0..n.min(from.len()))
         .map(|i| Edge {
@@ -458,8 +441,6 @@ pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
 pub(crate) fn node_count(graph: CUgraph) -> Result<usize> {
     let mut n = 0;
     // SAFETY: a null array asks for the count.
-    check("cuGraphGetNodes", unsafe {
-        cuda_sys::cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)
-    })?;
+    unsafe { cu!(cuGraphGetNodes(graph, std::ptr::null_mut(), &mut n)) }?;
     Ok(n)
 }

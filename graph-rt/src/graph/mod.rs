@@ -10,6 +10,7 @@ mod exec;
 mod graph;
 mod identity;
 mod node;
+mod raw_node;
 mod retention;
 mod update;
 
@@ -18,4 +19,5 @@ pub use exec::{GraphExec, InstantiateOptions};
 pub use graph::{Graph, GraphAllocation};
 pub use identity::CapturedNode;
 pub use node::{Edge, EdgeKind, Node, NodeKind};
+pub(crate) use raw_node::{kernel_node_params, make_device_updatable, node_type};
 pub use update::{ExecUpdate, UpdateFailure, UpdateFailureKind};

@@ -6,7 +6,8 @@ use cuda_sys::CUgraphExecUpdateResult as R;
 use super::exec::instantiate_raw;
 use super::graph::{Graph, Node};
 use super::GraphExec;
-use crate::error::{check, Error, Result};
+use crate::driver::cu;
+use crate::error::{Error, Result};
 
 /// Why `cuGraphExecUpdate` could not apply a graph to an exec (`CUgraphExecUpdateResult`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -130,16 +131,12 @@ impl GraphExec {
                 // the old one's last launch before anything it uses may be released.
                 if let Err(e) = self.wait_last_launch() {
                     // SAFETY: made just above, never launched.
-                    let r = check("cuGraphExecDestroy", unsafe {
-                        cuda_sys::cuGraphExecDestroy(raw)
-                    });
+                    let r = unsafe { cu!(cuGraphExecDestroy(raw)) };
                     self.ctx.inner.record(r);
                     return Err(e);
                 }
                 // SAFETY: we own the old exec, which no launch uses any more.
-                let r = check("cuGraphExecDestroy", unsafe {
-                    cuda_sys::cuGraphExecDestroy(self.raw)
-                });
+                let r = unsafe { cu!(cuGraphExecDestroy(self.raw)) };
                 self.ctx.inner.record(r);
                 self.raw = raw;
                 self.updates.set(self.updates.get() + 1);

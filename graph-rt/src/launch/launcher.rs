@@ -3,9 +3,9 @@
 
 use std::ffi::c_void;
 
-use cuda_sys::{CUlaunchConfig, CUresult};
+use cuda_sys::CUlaunchConfig;
 
-use crate::driver::{Function, ParamInfo, Stream};
+use crate::driver::{cu_code, Function, ParamInfo, Returned, Stream};
 use crate::error::{Error, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
 
@@ -96,11 +96,11 @@ impl Stream {
             // SAFETY: `params` holds one pointer per kernel parameter, each to a value of the
             // size the kernel expects (checked above), alive for this call; the caller upholds
             // the kernel's memory contract.
-            let code = unsafe { raw_launch(f, config, self, params.as_mut_ptr())? };
-            if code == CUresult::CUDA_SUCCESS {
+            let r = unsafe { raw_launch(f, config, self, params.as_mut_ptr())? };
+            if r.ok() {
                 Ok(())
             } else {
-                Err(diagnose(Error::driver(call, code), f, config))
+                Err(diagnose(r.error(), f, config))
             }
         })
     }
@@ -114,11 +114,11 @@ unsafe fn raw_launch(
     c: &LaunchConfig,
     stream: &Stream,
     params: *mut *mut c_void,
-) -> Result<CUresult> {
+) -> Result<Returned> {
     if c.attributes().is_empty() {
         // SAFETY: forwarded from the caller.
-        return Ok(unsafe {
-            cuda_sys::cuLaunchKernel(
+        return unsafe {
+            cu_code!(cuLaunchKernel(
                 f.as_raw(),
                 c.grid.x,
                 c.grid.y,
@@ -130,8 +130,8 @@ unsafe fn raw_launch(
                 stream.as_raw(),
                 params,
                 std::ptr::null_mut(),
-            )
-        }?);
+            ))
+        };
     }
     let mut attrs = c.attrs_array();
     let config = CUlaunchConfig {
@@ -147,7 +147,14 @@ unsafe fn raw_launch(
         numAttrs: c.attributes().len() as u32,
     };
     // SAFETY: forwarded from the caller; `attrs` outlives the call.
-    Ok(unsafe { cuda_sys::cuLaunchKernelEx(&config, f.as_raw(), params, std::ptr::null_mut()) }?)
+    unsafe {
+        cu_code!(cuLaunchKernelEx(
+            &config,
+            f.as_raw(),
+            params,
+            std::ptr::null_mut()
+        ))
+    }
 }
 
 /// Explains a failed launch in terms of the configuration, when a limit it breaks is known.

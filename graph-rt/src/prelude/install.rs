@@ -2,11 +2,11 @@
 
 use std::fmt;
 
-use cuda_sys::{CUdeviceptr, CUgraphNode};
+use cuda_sys::CUdeviceptr;
 
 use crate::discover::{Discovery, Dynamic, HostPatcher, KernelSnapshot};
 use crate::driver::{Context, DeviceBuffer, Function, Module};
-use crate::error::{check, Error, Result};
+use crate::error::{Error, Result};
 use crate::graph::{Graph, GraphExec, Node};
 use crate::launch::LaunchConfig;
 use crate::table::{ArgTable, SlotRef};
@@ -160,7 +160,7 @@ impl Prelude {
             let node = first[first_node].node;
             let _guard = graph.handle.lock(CALL).map_err(|e| e.to_string())?;
             // SAFETY: a kernel node of this live, locked graph (checked above).
-            unsafe { make_device_updatable(node.raw) }
+            unsafe { crate::graph::make_device_updatable(node.raw) }
                 .map(|dev| (f, (first_node, node, dev)))
                 .map_err(|e| format!("the driver refused a device-updatable node: {e}"))
         });
@@ -405,7 +405,7 @@ fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Funct
                 let dev = {
                     let _guard = graph.handle.lock(CALL)?;
                     // SAFETY: a kernel node of this live, locked graph.
-                    unsafe { make_device_updatable(snap.node.raw)? }
+                    unsafe { crate::graph::make_device_updatable(snap.node.raw)? }
                 };
                 patched.push((p.node, snap.node, dev));
                 dev
@@ -479,35 +479,6 @@ fn reachable(edges: &[crate::graph::Edge], from: Node) -> std::collections::Hash
 /// `u32`s sharing the third little-endian word.
 fn pack(node: u64, interior: u64, offset: u32, slot: u32) -> [u64; PATCH_WORDS] {
     [node, interior, offset as u64 | (slot as u64) << 32]
-}
-
-/// Sets the device-updatable attribute on `node` and returns its device handle.
-///
-/// # Safety
-/// `node` must be a kernel node of a live graph the caller has locked.
-unsafe fn make_device_updatable(node: CUgraphNode) -> Result<u64> {
-    use cuda_sys::CUlaunchAttributeID as Id;
-    const ID: Id = Id::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
-    // SAFETY: a plain-data union; all zeros is a valid value of every member.
-    let mut v: cuda_sys::CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
-    v.deviceUpdatableKernelNode.deviceUpdatable = 1;
-    // SAFETY: the caller's promise; `v` lives across the call.
-    check("cuGraphKernelNodeSetAttribute", unsafe {
-        cuda_sys::cuGraphKernelNodeSetAttribute(node, ID, &v)
-    })?;
-    // SAFETY: as above; the driver fills `v`.
-    check("cuGraphKernelNodeGetAttribute", unsafe {
-        cuda_sys::cuGraphKernelNodeGetAttribute(node, ID, &mut v)
-    })?;
-    // SAFETY: the member the attribute fills.
-    let dev = unsafe { v.deviceUpdatableKernelNode.devNode } as u64;
-    if dev == 0 {
-        return Err(Error::invalid(
-            "cuGraphKernelNodeGetAttribute",
-            "the driver gave no device handle for a device-updatable node",
-        ));
-    }
-    Ok(dev)
 }
 
 #[cfg(test)]

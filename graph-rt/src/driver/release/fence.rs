@@ -6,7 +6,8 @@ use std::sync::Arc;
 use cuda_sys::{CUevent, CUevent_flags, CUresult};
 
 use super::super::stream::StreamInner;
-use crate::error::{check, Result};
+use crate::driver::cu;
+use crate::error::Result;
 
 /// When a parked batch may be released.
 pub(super) enum Fence {
@@ -130,13 +131,9 @@ pub(super) fn fence_after(stream: &Arc<StreamInner>) -> Result<Fence> {
     let mut event = std::ptr::null_mut();
     let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
     // SAFETY: valid out-pointer; the context is current.
-    check("cuEventCreate", unsafe {
-        cuda_sys::cuEventCreate(&mut event, flags)
-    })?;
+    unsafe { cu!(cuEventCreate(&mut event, flags)) }?;
     let event = RawEvent(event);
     // SAFETY: a fresh event and a live stream of this context.
-    check("cuEventRecord", unsafe {
-        cuda_sys::cuEventRecord(event.0, stream.raw())
-    })?;
+    unsafe { cu!(cuEventRecord(event.0, stream.raw())) }?;
     Ok(Fence::Event(Arc::new(event)))
 }

@@ -1,0 +1,69 @@
+//! The one checked-call layer of the driver API: [`cu!`] calls a driver function and turns its
+//! result into this crate's [`Result`](crate::error::Result), the error named after the function
+//! called (the macro stringifies it: no name typed by hand, none drifting from the call).
+//!
+//! Driver calls live only in `driver/`, `launch/` and `graph/` (CI checks it); everything else
+//! goes through their safe wrappers.
+
+/// `cu!(cuFoo(args..))`: calls `cuda_sys::cuFoo(args..)` (inside the caller's `unsafe` block,
+/// whose SAFETY note covers the call) and checks the result with
+/// [`check`](crate::error::check), named `"cuFoo"`.
+macro_rules! cu {
+    ($f:ident ( $($arg:expr),* $(,)? )) => {
+        $crate::error::check(stringify!($f), ::cuda_sys::$f($($arg),*))
+    };
+}
+
+pub(crate) use cu;
+
+/// `cu_code!(cuFoo(args..))`: calls `cuda_sys::cuFoo(args..)` (inside the caller's `unsafe`
+/// block) and gives what it returned as a [`Returned`], for callers that handle some result
+/// codes themselves (`CUDA_ERROR_NOT_READY` of a query, say); a driver that cannot be loaded is
+/// an [`Error::Load`](crate::Error::Load).
+macro_rules! cu_code {
+    ($f:ident ( $($arg:expr),* $(,)? )) => {
+        $crate::driver::Returned::of(stringify!($f), ::cuda_sys::$f($($arg),*))
+    };
+}
+
+pub(crate) use cu_code;
+
+/// What a driver call returned, with the call's name (from [`cu_code!`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Returned {
+    pub(crate) call: &'static str,
+    pub(crate) code: cuda_sys::CUresult,
+}
+
+impl Returned {
+    #[inline]
+    pub(crate) fn of(
+        call: &'static str,
+        result: std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>,
+    ) -> crate::error::Result<Self> {
+        result
+            .map(|code| Self { call, code })
+            .map_err(crate::Error::Load)
+    }
+
+    /// The call's error for its code (named after the call).
+    pub(crate) fn error(self) -> crate::Error {
+        crate::Error::driver(self.call, self.code)
+    }
+
+    /// `Ok` on `CUDA_SUCCESS`, else the call's error.
+    #[inline]
+    pub(crate) fn check(self) -> crate::error::Result<()> {
+        if self.code == cuda_sys::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(self.error())
+        }
+    }
+
+    /// Whether the call returned `CUDA_SUCCESS`.
+    #[inline]
+    pub(crate) fn ok(self) -> bool {
+        self.code == cuda_sys::CUresult::CUDA_SUCCESS
+    }
+}
