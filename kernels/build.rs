@@ -37,6 +37,13 @@ fn main() {
         "cu",
         "include_bytes",
     );
+    embed(
+        &mut out,
+        "/// Every `cuda/*.cuh` header at build time: (stem, bytes).\npub(crate) const CUDA_HEADERS: &[(&str, &[u8])]",
+        &root.join("cuda"),
+        "cuh",
+        "include_bytes",
+    );
     writeln!(
         out,
         "/// `ptx/MANIFEST` at build time.\npub(crate) const MANIFEST: &str = include_str!({:?});",

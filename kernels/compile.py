@@ -129,16 +129,47 @@ def options_for(src_path, source):
     return [m.group(1).decode()] + [o for o in OPTIONS if not o.startswith("--gpu-architecture=")]
 
 
+INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_]+\.cuh)"', re.M)
+
+
+def headers_of(src_path, source, cuda_dir=None):
+    """The kernels/cuda/*.cuh headers `source` includes, in order: [(name, bytes)]. A header may
+    not include another (one level keeps the freshness record simple); a missing one is an error."""
+    cuda_dir = cuda_dir or CUDA_DIR
+    out = []
+    for m in INCLUDE.finditer(source):
+        name = m.group(1).decode()
+        path = cuda_dir / name
+        if not path.is_file():
+            die(f"{src_path}: includes {name}, which is not in {cuda_dir}")
+        text = path.read_bytes()
+        if INCLUDE.search(text):
+            die(f"{path}: a header may not include another header")
+        out.append((name, text))
+    return out
+
+
+def create_program(lib, prog, source, name, headers):
+    """nvrtcCreateProgram with `headers` ([(include name, bytes)]) given in memory: no include
+    path, nothing of this machine in the output."""
+    n = len(headers)
+    contents = (ctypes.c_char_p * n)(*[h[1] for h in headers]) if n else None
+    names = (ctypes.c_char_p * n)(*[h[0].encode() for h in headers]) if n else None
+    return lib.nvrtcCreateProgram(ctypes.byref(prog), source, name.encode(), n, contents, names)
+
+
 def compile_one(lib, src_path):
-    """Return PTX bytes for one .cu file, or exit 1 printing the compile log."""
+    """Return (the bytes the MANIFEST hashes, PTX bytes) for one .cu file, or exit 1 printing the
+    compile log. What is hashed: the source, then each header it includes."""
     source = src_path.read_bytes()
     options = options_for(src_path, source)
+    headers = headers_of(src_path, source)
     prog = ctypes.c_void_p()
     # Name the program by file name only, so nothing machine-specific can leak
     # into the output.
     check(
         lib,
-        lib.nvrtcCreateProgram(ctypes.byref(prog), source, src_path.name.encode(), 0, None, None),
+        create_program(lib, prog, source, src_path.name, headers),
         f"nvrtcCreateProgram({src_path.name})",
     )
     try:
@@ -163,7 +194,7 @@ def compile_one(lib, src_path):
         ptx = ctypes.create_string_buffer(ptx_size.value)
         check(lib, lib.nvrtcGetPTX(prog, ptx), "nvrtcGetPTX")
         # The size includes the terminating NUL; .value stops before it.
-        return source, ptx.value
+        return source + b"".join(h[1] for h in headers), ptx.value
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
@@ -182,7 +213,7 @@ def build_outputs(lib, version):
         f"# nvrtc {version[0]}.{version[1]} ({NVRTC_PACKAGE}=={NVRTC_PACKAGE_VERSION}) "
         f"options: {' '.join(OPTIONS)} (a source's '// compile.py:' first line may set another "
         "--gpu-architecture)",
-        "# name sha256(cuda/<name>.cu) sha256(ptx/<name>.ptx)",
+        "# name sha256(cuda/<name>.cu, then each cuda/*.cuh it includes) sha256(ptx/<name>.ptx)",
     ]
     for src in sources:
         name = src.stem

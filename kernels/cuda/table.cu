@@ -3,13 +3,8 @@
 // The table is an array of 8-byte words in device memory; table-form kernels
 // (chain_table.cu, axpy_table.cu, ...) take the address of a slot where the
 // plain form takes a pointer or scalar, so a graph captured once reads new
-// arguments each replay. The host writes the next arguments into one of
-// `depth` mirrors (mapped pinned host memory, mirror m at mirrors + m * words)
-// before the launch that runs this kernel; the kernel copies mirror
-// (seq[0] % depth) into the table, counts the refresh in seq[0] (device
-// memory, starts at 0) and acknowledges it in acks[m] (mapped pinned host
-// memory), which the host polls before writing that mirror again. seq[1]
-// (device memory, starts at 0) counts the blocks that have finished reading.
+// arguments each replay. The protocol (mirrors, counts, acknowledgements) is
+// refresh.cuh's, shared with the prelude's fused refresh.
 //
 // Launch with 256 threads a block and any number of blocks (graph-rt: one per
 // 1024 words); depth must be >= 1. The copy is spread over the grid, four
@@ -17,69 +12,16 @@
 // over the bus. The last block to finish acknowledges. No griddepcontrol: the
 // kernels reading the table must start after this one has completed.
 //
-// The same protocol is in kernels/prelude/prelude.cu (the refresh fused with
-// the prelude's patches): change both together.
+// kernels/prelude/prelude.cu fuses the same refresh (refresh.cuh) with the
+// prelude's patches.
 
-// Copies the mirror's words into the table, spread over the grid.
-__device__ __forceinline__ void refresh_copy(const volatile unsigned long long* src,
-                                             unsigned long long* table, unsigned int words)
-{
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         base < words; base += 4 * stride) {
-        unsigned long long v[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const unsigned long long i = base + k * stride;
-            if (i < words) {
-                // Volatile: host memory the host wrote before the launch; never the
-                // non-coherent (ld.global.nc) path.
-                v[k] = src[i];
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const unsigned long long i = base + k * stride;
-            if (i < words) {
-                table[i] = v[k];
-            }
-        }
-    }
-}
-
-// Once every block has read what it reads of the mirror: the last block counts
-// the refresh and acknowledges mirror m.
-__device__ __forceinline__ void refresh_acknowledge(unsigned long long* seq, unsigned long long* acks,
-                                                    unsigned long long s, unsigned long long m)
-{
-    // Every thread's mirror loads completed: their values were stored before the barrier.
-    __syncthreads();
-    if (threadIdx.x != 0) {
-        return;
-    }
-    if (gridDim.x > 1) {
-        __threadfence();
-        if (atomicAdd(seq + 1, 1ULL) != gridDim.x - 1) {
-            return;
-        }
-        // Every other block's mirror reads happened before its arrival: order them before the
-        // acknowledgement below.
-        __threadfence();
-        // Every block has read seq[0] and the mirror: reset the count for the next refresh.
-        seq[1] = 0;
-    }
-    *(volatile unsigned long long*)seq = s + 1;
-    *(volatile unsigned long long*)(acks + m) = s + 1;
-    __threadfence_system();
-}
+#include "refresh.cuh"
 
 extern "C" __global__ void table_refresh(const unsigned long long* mirrors, unsigned long long* table,
                                          unsigned int words, unsigned int depth,
                                          unsigned long long* seq, unsigned long long* acks)
 {
-    // Every block reads the count before any block can change it (the last one, after all
-    // have arrived).
-    const unsigned long long s = *(volatile unsigned long long*)seq;
+    const unsigned long long s = refresh_number(seq);
     const unsigned long long m = s % depth;
     refresh_copy(mirrors + m * words, table, words);
     refresh_acknowledge(seq, acks, s, m);

@@ -38,12 +38,16 @@ import argparse
 import ctypes
 import importlib.metadata
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "prelude.cu"
+# prelude.cu includes the refresh protocol it shares with kernels/cuda/table.cu.
+HEADERS_DIR = HERE.parent / "cuda"
+INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_]+\.cuh)"', re.M)
 ARCHS = ["sm_80", "sm_90"]
 # The options the cubins on an H200 were verified with; the program is named by file name only,
 # so nothing machine-specific reaches the output.
@@ -106,7 +110,14 @@ def load_nvrtc(path):
     p, i, size = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)
     signatures = {
         "nvrtcVersion": [ctypes.POINTER(i), ctypes.POINTER(i)],
-        "nvrtcCreateProgram": [ctypes.POINTER(p), ctypes.c_char_p, ctypes.c_char_p, i, p, p],
+        "nvrtcCreateProgram": [
+            ctypes.POINTER(p),
+            ctypes.c_char_p,
+            ctypes.c_char_p,
+            i,
+            ctypes.POINTER(ctypes.c_char_p),
+            ctypes.POINTER(ctypes.c_char_p),
+        ],
         "nvrtcCompileProgram": [p, i, ctypes.POINTER(ctypes.c_char_p)],
         "nvrtcGetProgramLogSize": [p, size],
         "nvrtcGetProgramLog": [p, ctypes.c_char_p],
@@ -161,12 +172,30 @@ def load_nvjitlink(path):
     return fns
 
 
+def headers_of(source):
+    """The kernels/cuda/*.cuh headers `source` includes, in order: [(name, bytes)], given to NVRTC
+    in memory (no include path: nothing of this machine in the output). A --check rebuild reads
+    them again, so a changed header makes the cubins stale."""
+    out = []
+    for m in INCLUDE.finditer(source):
+        name = m.group(1).decode()
+        path = HEADERS_DIR / name
+        if not path.is_file():
+            die(f"{SOURCE}: includes {name}, which is not in {HEADERS_DIR}")
+        out.append((name, path.read_bytes()))
+    return out
+
+
 def compile_relocatable(nvrtc, source, arch):
     """The relocatable cubin NVRTC makes of prelude.cu for arch, or exit 1 with the compile log."""
     prog = ctypes.c_void_p()
+    headers = headers_of(source)
+    n = len(headers)
+    contents = (ctypes.c_char_p * n)(*[h[1] for h in headers]) if n else None
+    names = (ctypes.c_char_p * n)(*[h[0].encode() for h in headers]) if n else None
     nvrtc_check(
         nvrtc,
-        nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source, SOURCE.name.encode(), 0, None, None),
+        nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source, SOURCE.name.encode(), n, contents, names),
         "nvrtcCreateProgram",
     )
     try:

@@ -30,7 +30,7 @@ extern "C" __global__ void prelude_patch(const PreludePatch* patches, unsigned i
     }
 }
 
-// The argument table's refresh (kernels/cuda/table.cu: the same protocol, change both together)
+// The argument table's refresh (kernels/cuda/refresh.cuh, shared with kernels/cuda/table.cu)
 // and the prelude in one kernel, which graph-rt puts in the place of the graph's
 // `table_refresh` node (one kernel launch fewer at the head of every replay): copy mirror
 // (seq[0] % depth) into the table, spread over the grid; patch words (one thread a patch, spread
@@ -38,53 +38,7 @@ extern "C" __global__ void prelude_patch(const PreludePatch* patches, unsigned i
 // of the table yet); then the last block to finish counts the refresh in seq[0] and acknowledges
 // it in acks[m] (seq[1] counts the blocks that finished). Launch with 256 threads a block and any
 // number of blocks; depth >= 1. The patched nodes follow it with full edges.
-__device__ __forceinline__ void refresh_copy(const volatile unsigned long long* src,
-                                             unsigned long long* table, unsigned int words)
-{
-    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-    for (unsigned long long base = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-         base < words; base += 4 * stride) {
-        unsigned long long v[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const unsigned long long i = base + k * stride;
-            if (i < words) {
-                // Volatile: host memory the host wrote before the launch.
-                v[k] = src[i];
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const unsigned long long i = base + k * stride;
-            if (i < words) {
-                table[i] = v[k];
-            }
-        }
-    }
-}
-
-__device__ __forceinline__ void refresh_acknowledge(unsigned long long* seq, unsigned long long* acks,
-                                                    unsigned long long s, unsigned long long m)
-{
-    // Every thread's mirror loads completed: their values were used before the barrier.
-    __syncthreads();
-    if (threadIdx.x != 0) {
-        return;
-    }
-    if (gridDim.x > 1) {
-        __threadfence();
-        if (atomicAdd(seq + 1, 1ULL) != gridDim.x - 1) {
-            return;
-        }
-        // Every other block's mirror reads happened before its arrival: order them before the
-        // acknowledgement below.
-        __threadfence();
-        seq[1] = 0;
-    }
-    *(volatile unsigned long long*)seq = s + 1;
-    *(volatile unsigned long long*)(acks + m) = s + 1;
-    __threadfence_system();
-}
+#include "refresh.cuh"
 
 extern "C" __global__ void prelude_refresh_patch(const unsigned long long* mirrors,
                                                  unsigned long long* table, unsigned int words,
@@ -92,7 +46,7 @@ extern "C" __global__ void prelude_refresh_patch(const unsigned long long* mirro
                                                  unsigned long long* acks,
                                                  const PreludePatch* patches, unsigned int count)
 {
-    const unsigned long long s = *(volatile unsigned long long*)seq;
+    const unsigned long long s = refresh_number(seq);
     const unsigned long long m = s % depth;
     const volatile unsigned long long* src = mirrors + m * words;
     refresh_copy(src, table, words);

@@ -116,15 +116,16 @@ pub const AXPY: Kernel = Kernel {
 /// `mirrors` is mapped pinned host memory holding `depth` mirrors of `words` words each (mirror
 /// `m` at `mirrors + m * words`), `seq` a device-memory counter of the refreshes done so far
 /// (zero before the first), `acks` mapped pinned host memory of `depth` words. The kernel reads
-/// `s = *seq`, copies mirror `m = s % depth` into `table` (volatile loads, never the non-coherent
-/// path: the host writes the mirror before the launch), then, after a block barrier, writes
-/// `*seq = s + 1` and `acks[m] = s + 1` (a volatile store followed by `__threadfence_system()`):
-/// once the host sees `acks[m] == s + 1`, mirror `m` has been read and may be rewritten.
+/// `s = *seq`, copies mirror `m = s % depth` into `table` spread over the grid (volatile loads,
+/// never the non-coherent path: the host writes the mirror before the launch); the last block to
+/// finish (counted in `seq[1]`) writes `*seq = s + 1` and `acks[m] = s + 1` (a volatile store
+/// followed by `__threadfence_system()`): once the host sees `acks[m] == s + 1`, mirror `m` has
+/// been read and may be rewritten. The protocol is `cuda/refresh.cuh`, which `prelude.cu`
+/// includes too.
 ///
-/// Launch exactly one block of 256 threads (any block size copies correctly; more than one
-/// block races on `seq`). `depth` must be at least 1. It executes no `griddepcontrol`
-/// instruction: the kernels reading the table must not be launched as its programmatic
-/// dependents.
+/// Launch any number of 256-thread blocks (graph-rt: one per 1,024 words). `depth` must be at
+/// least 1. It executes no `griddepcontrol` instruction: the kernels reading the table must not
+/// be launched as its programmatic dependents.
 pub const TABLE: Kernel = Kernel {
     name: "table",
     ptx: include_str!("../ptx/table.ptx"),

@@ -53,9 +53,9 @@ impl Cubins {
 /// ```
 ///
 /// `prelude_refresh_patch` is [`TABLE`]'s `table_refresh` (same first six parameters, same
-/// effect) followed by the patches, in ONE block of 256 threads (thread `t` patches `t`,
-/// `t + 256`, ...): graph-rt puts it in the place of a graph's refresh node, one kernel fewer at
-/// the head of every replay. The rest of this section describes `prelude_patch`.
+/// effect: both include `cuda/refresh.cuh`) with the patches spread over its grid of 256-thread
+/// blocks (thread `i` of the grid patches `i`, `i + grid`, ...): graph-rt puts it in the place of
+/// a graph's refresh node, one kernel fewer at the head of every replay. The rest of this section describes `prelude_patch`.
 ///
 /// One thread per patch (`i = blockIdx.x * blockDim.x + threadIdx.x`, `i < count`), so the grid
 /// must cover `count`. Thread `i` reads `p = patches[i]` (device memory) and writes the 8-byte

@@ -226,9 +226,36 @@ fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 
+/// The bytes MANIFEST hashes for a source: the source, then each `cuda/*.cuh` it includes
+/// (`#include "name.cuh"`, in order), as `compile.py` hashes them.
+fn hashed_source(source: &[u8]) -> Vec<u8> {
+    let mut out = source.to_vec();
+    let text = String::from_utf8_lossy(source);
+    for line in text.lines() {
+        let Some(rest) = line.trim_start().strip_prefix('#') else {
+            continue;
+        };
+        let Some(name) = rest
+            .trim_start()
+            .strip_prefix("include")
+            .and_then(|r| r.trim_start().strip_prefix('"'))
+            .and_then(|r| r.split('"').next())
+            .and_then(|n| n.strip_suffix(".cuh"))
+        else {
+            continue;
+        };
+        let (_, header) = CUDA_HEADERS
+            .iter()
+            .find(|(stem, _)| *stem == name)
+            .unwrap_or_else(|| panic!("a source includes {name}.cuh, which is not in cuda/"));
+        out.extend_from_slice(header);
+    }
+    out
+}
+
 /// What `python3 kernels/compile.py --check` checks, less the compiling: each MANIFEST line
-/// (`name sha256(cuda/<name>.cu) sha256(ptx/<name>.ptx)`) matches the files, and it lists
-/// every source.
+/// (`name sha256(cuda/<name>.cu, then each header it includes) sha256(ptx/<name>.ptx)`)
+/// matches the files, and it lists every source.
 #[test]
 fn manifest_matches_sources_and_ptx() {
     let mut listed = BTreeSet::new();
@@ -245,9 +272,9 @@ fn manifest_matches_sources_and_ptx() {
             .find(|(stem, _)| *stem == name)
             .unwrap_or_else(|| panic!("MANIFEST lists {name}, but there is no cuda/{name}.cu"));
         assert_eq!(
-            sha256_hex(source),
+            sha256_hex(&hashed_source(source)),
             source_hash,
-            "cuda/{name}.cu changed since its PTX was compiled: run python3 kernels/compile.py"
+            "cuda/{name}.cu or a header it includes changed since its PTX was compiled: run python3 kernels/compile.py"
         );
         let (_, ptx) = PTX_FILES
             .iter()

@@ -86,10 +86,10 @@ pub(crate) struct GraphHandle {
     // The order graph-rt made the nodes in (see `identity`).
     pub(crate) creation: parking_lot::Mutex<Creation>,
     // Has a memory node graph-rt made: CUDA allows one exec of it at a time.
-    pub(crate) one_exec: std::sync::atomic::AtomicBool,
+    pub(super) one_exec: std::sync::atomic::AtomicBool,
     // Has device-updatable kernel nodes (an in-graph prelude patches them): no clone, no
     // whole-graph exec update, one exec at a time, uploaded after host-side updates (CUDA).
-    pub(crate) device_updatable: std::sync::atomic::AtomicBool,
+    pub(super) device_updatable: std::sync::atomic::AtomicBool,
     // Execs of the graph not yet dropped.
     pub(crate) execs: std::sync::atomic::AtomicUsize,
 }
@@ -117,6 +117,13 @@ impl GraphHandle {
     /// Whether the graph has device-updatable kernel nodes.
     pub(crate) fn is_device_updatable(&self) -> bool {
         self.device_updatable.load(Ordering::Acquire)
+    }
+
+    /// From now on the graph has device-updatable kernel nodes (the in-graph prelude makes
+    /// them): no clone, no whole-graph exec update, one exec at a time (CUDA's rules).
+    pub(crate) fn mark_device_updatable(&self) {
+        self.device_updatable.store(true, Ordering::Release);
+        self.one_exec.store(true, Ordering::Relaxed);
     }
 
     /// The error of `call` on a graph with device-updatable nodes, which CUDA does not support.

@@ -381,14 +381,7 @@ fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Funct
     const CALL: &str = "Prelude::install";
     graph.ctx.bind()?;
     // From here on the graph is treated as having device-updatable nodes, whatever fails.
-    graph
-        .handle
-        .device_updatable
-        .store(true, std::sync::atomic::Ordering::Release);
-    graph
-        .handle
-        .one_exec
-        .store(true, std::sync::atomic::Ordering::Relaxed);
+    graph.handle.mark_device_updatable();
     // Patches by node: the probed node, the lowest, comes first.
     let mut patched: Vec<(usize, Node, u64)> = vec![t.probed];
     let mut words: Vec<u64> = Vec::with_capacity(t.discovery.patches.len() * PATCH_WORDS);
@@ -418,17 +411,7 @@ fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Funct
     }
     let buffer = DeviceBuffer::from_host(&graph.ctx, &words)?;
     let count = patches.len() as u32;
-    let (mirrors, tbl, table_words, depth, seq, acks) = table.refresh_args();
-    let args = (
-        mirrors,
-        tbl,
-        table_words,
-        depth,
-        seq,
-        acks,
-        buffer.as_raw(),
-        count,
-    );
+    let args = table.refresh_args().with_patches(buffer.as_raw(), count);
     // Every patched node must follow the refresh-and-patch kernel by full edges. Those a
     // capture put after the refresh already do (a chain stays a chain: extra edges from one
     // node to many cost the driver per node); the others get a full edge, before the node

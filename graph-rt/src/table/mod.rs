@@ -9,6 +9,7 @@ mod keep;
 mod kernel;
 mod ledger;
 mod owners;
+mod refresh;
 mod ring;
 mod set;
 mod slot;

@@ -24,6 +24,7 @@ use cuda_sys::CUdeviceptr;
 
 use super::keep::NOTHING;
 use super::ledger::Ledger;
+use super::refresh::RefreshArgs;
 use super::set::{Layout, SetKeep};
 use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
 use crate::driver::{
@@ -463,17 +464,17 @@ impl ArgTable {
         self.ledger.words.is_empty()
     }
 
-    pub(crate) fn refresh_args(&self) -> (u64, u64, u32, u32, u64, u64) {
+    pub(crate) fn refresh_args(&self) -> RefreshArgs {
         let s = &self.shared;
-        (
-            s.mirrors.device_ptr(),
-            s.table.as_raw(),
+        RefreshArgs {
+            mirrors: s.mirrors.device_ptr(),
+            table: s.table.as_raw(),
             // The mirror stride and the words copied: whole blocks (the padding is zeros).
-            padded(self.ledger.words.len()) as u32,
-            self.ledger.depth() as u32,
-            s.seq.as_raw(),
-            s.acks.device_ptr(),
-        )
+            words: padded(self.ledger.words.len()) as u32,
+            depth: self.ledger.depth() as u32,
+            seq: s.seq.as_raw(),
+            acks: s.acks.device_ptr(),
+        }
     }
 
     /// The blocks of 256 threads the refresh of the table's slots is launched with: one per
@@ -488,7 +489,7 @@ impl ArgTable {
     /// [`ArgTable::launch`].
     pub fn record_refresh(&mut self, scope: &CaptureScope<'_>) -> Result<CapturedNode> {
         self.sealed = true;
-        let args = self.refresh_args();
+        let args = self.refresh_args().params();
         let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
         // SAFETY: table_refresh reads `depth` mirrors of `words` words, writes `words` words of
         // the device table, two counter words and `depth` acknowledgement words, all of which
@@ -523,7 +524,7 @@ impl ArgTable {
     pub fn refresh(&mut self, stream: &Stream) -> Result<()> {
         self.sealed = true;
         self.stage(stream, "ArgTable::refresh")?;
-        let args = self.refresh_args();
+        let args = self.refresh_args().params();
         let config = LaunchConfig::new(self.refresh_blocks(), 256u32);
         // SAFETY: as in record_refresh; the table lives while a launch may use it (drop parks it).
         unsafe { stream.launch(&self.shared.refresh, &config, args)? };
