@@ -24,6 +24,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::timing::median;
 use graph_rt::{
     discover_graphs, ArgTable, CaptureMode, CaptureScope, Context, Cublas, CublasOp, DeviceBuffer,
     Dynamic, Event, EventFlags, Function, Graph, HostPatcher, LaunchConfig, Module, Prelude,
@@ -66,11 +67,6 @@ struct Acts {
 fn random(n: usize, scale: f32) -> Vec<f32> {
     let mut rng = rand::rng();
     (0..n).map(|_| rng.random_range(-scale..scale)).collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn weights(ctx: &Context) -> graph_rt::Result<Weights> {

@@ -14,6 +14,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::timing::median;
 use graph_rt::{
     CaptureMode, Context, DeviceBuffer, Function, LaunchConfig, Launcher, Module, NodeKind, Stream,
 };
@@ -99,11 +100,6 @@ fn relative_error(got: &[f32], want: &[f64]) -> f64 {
         .sum();
     let den: f64 = want.iter().map(|w| w * w).sum();
     (num / den).sqrt()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn run() -> graph_rt::Result<bool> {

@@ -15,6 +15,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::timing::median;
 use graph_rt::{
     ArgTable, CaptureMode, Context, DeviceBuffer, Function, LaunchConfig, Module, PtrSlot, Stream,
     TableKernel, TableOptions,
@@ -39,11 +40,6 @@ fn main() -> ExitCode {
 fn random(n: usize) -> Vec<f32> {
     let mut rng = rand::rng();
     (0..n).map(|_| rng.random_range(-1.0..1.0)).collect()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Whether `out` holds `x + KERNELS` (exactly: small integers added to floats in [-1, 1)).

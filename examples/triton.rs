@@ -14,6 +14,7 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::timing::median;
 use graph_rt::{
     ArgTable, CaptureMode, Context, DeviceBuffer, PtrSlot, Stream, TableOptions, TritonArg,
     TritonFiles, TritonForm, TritonKernel,
@@ -51,11 +52,6 @@ fn files(name: &str) -> TritonFiles {
         .find(|f| f.name == name)
         .expect("fixture")
         .files()
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn reference(x: &[f32], y: &[f32]) -> Vec<f32> {

@@ -42,6 +42,7 @@ mod launch;
 mod prelude;
 mod resource;
 mod table;
+pub mod timing;
 mod triton;
 
 pub use calibrate::{

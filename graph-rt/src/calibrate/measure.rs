@@ -6,12 +6,12 @@ use std::time::Instant;
 use super::cache::{self, ModelSource, Wanted};
 use super::device::{identify, DeviceId};
 use super::options::CalibrateOptions;
-use super::timing::{interleave, median, rounds_at, warm_up};
 use super::workload::{chain_shape, chain_step, ChainStep};
 use crate::choose::{CostModel, Mechanism};
 use crate::driver::{CaptureStatus, DeviceBuffer, Event, EventFlags, Stream};
 use crate::error::{Error, Result};
 use crate::prelude::Prelude;
+use crate::timing::{interleave, median, rounds_at, warm_up};
 
 /// Bytes of the copy whose time gives the copy bandwidth.
 const BANDWIDTH_BYTES: usize = 64 << 20;

@@ -13,7 +13,6 @@ mod cache;
 mod device;
 mod measure;
 mod options;
-mod timing;
 mod workload;
 
 pub use cache::{ModelSource, Recalibration};

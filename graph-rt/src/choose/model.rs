@@ -173,7 +173,7 @@ impl CostModel {
             ns.sort_unstable();
             ns.dedup();
             for n in ns {
-                let mut v: Vec<f64> = samples
+                let v: Vec<f64> = samples
                     .iter()
                     .filter(|s| s.0 == m && s.1 == n)
                     .map(|s| s.2)
@@ -184,8 +184,7 @@ impl CostModel {
                         format!("{m}: a time that is not a non-negative number"),
                     ));
                 }
-                v.sort_by(f64::total_cmp);
-                points.push((n, v[v.len() / 2]));
+                points.push((n, crate::timing::median(v)));
             }
             if !points.is_empty() {
                 lines.push((m, Line { points }));

@@ -1,24 +1,26 @@
-//! Interleaved rounds and medians: every case runs once per round, the order rotating from
-//! round to round, so that drift of clocks, caches or driver state over the run falls on every
-//! case alike. The first rounds warm up and are dropped. Pure (the cases are closures).
+//! How graph-rt measures, in one place for calibration, benches, examples and tests alike:
+//! interleaved rounds (every case once per round, the order rotating from round to round, so that
+//! drift of clocks, caches or driver state over the run falls on every case alike), warm-up
+//! rounds first and dropped ([`warm_up`]: a fifth, at least two), and medians. Pure: the cases
+//! are closures that time themselves (host clocks or CUDA events, warm or not, is theirs to say).
 
 /// Rounds at `nodes` kernel nodes when `rounds` are asked for at 200 nodes and more: short
 /// chains take proportionally more rounds (up to ten times as many), whose replays cost little
 /// and whose medians need them most.
-pub(crate) fn rounds_at(nodes: usize, rounds: usize) -> usize {
+pub fn rounds_at(nodes: usize, rounds: usize) -> usize {
     let scale = (200 / nodes.max(1)).clamp(1, 10);
     rounds.max(1) * scale
 }
 
 /// Warm-up rounds run before `rounds` measured ones: a fifth, at least two.
-pub(crate) fn warm_up(rounds: usize) -> usize {
+pub fn warm_up(rounds: usize) -> usize {
     (rounds / 5).max(2)
 }
 
 /// Runs `warm + rounds` rounds of every case (the case at `(round + i) % k` runs `i`-th in a
 /// round) and returns each case's median over the last `rounds`, in the order of `cases`. The
 /// first error ends the run.
-pub(crate) fn interleave<E, F: FnMut() -> Result<f64, E>>(
+pub fn interleave<E, F: FnMut() -> Result<f64, E>>(
     rounds: usize,
     warm: usize,
     cases: &mut [F],
@@ -37,8 +39,36 @@ pub(crate) fn interleave<E, F: FnMut() -> Result<f64, E>>(
     Ok(samples.into_iter().map(median).collect())
 }
 
+/// [`interleave`] with each case run `block` times in a row per round, the first quarter of each
+/// block (at least one) dropped: each case measured in the steady state of a loop that runs it
+/// (a decode loop launching its graph step after step), where a cost depends on what the CPU's
+/// caches still hold; the rounds still spread drift over every case alike. [`warm_up`] rounds
+/// run first.
+pub fn interleave_blocks<E, F: FnMut() -> Result<f64, E>>(
+    rounds: usize,
+    block: usize,
+    cases: &mut [F],
+) -> Result<Vec<f64>, E> {
+    let k = cases.len();
+    let skip = (block / 4).max(1);
+    let warm = warm_up(rounds);
+    let mut samples = vec![Vec::with_capacity(rounds * block); k];
+    for round in 0..warm + rounds {
+        for i in 0..k {
+            let c = (round + i) % k;
+            for j in 0..block {
+                let t = (cases[c])()?;
+                if round >= warm && j >= skip {
+                    samples[c].push(t);
+                }
+            }
+        }
+    }
+    Ok(samples.into_iter().map(median).collect())
+}
+
 /// The median of `v` (the mean of the middle two for an even count; NaN when empty).
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
