@@ -43,6 +43,11 @@ mod prelude;
 mod resource;
 mod table;
 pub mod timing;
+
+/// The 16-bit float types of [`Cublas::gemm_bf16`] and [`Cublas::gemm_f16`] buffers (the `half`
+/// crate, as candle and burn use it): `DeviceBuffer<half::bf16>` and `DeviceBuffer<half::f16>`
+/// are distinct types, so one cannot be passed where the other is meant.
+pub use half;
 mod triton;
 
 pub use calibrate::{

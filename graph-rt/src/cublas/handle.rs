@@ -336,8 +336,25 @@ impl Cublas {
         })
     }
 
-    /// [`Cublas::sgemm`] on bf16 matrices (`cublasGemmEx`, `CUDA_R_16BF`, the raw bits in `u16`)
-    /// with f32 accumulation (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`.
+    /// [`Cublas::sgemm`] on bf16 matrices (`cublasGemmEx`, `CUDA_R_16BF`; elements of
+    /// [`half::bf16`], re-exported as `graph_rt::half`) with f32 accumulation
+    /// (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`. An f16 buffer does not compile here:
+    ///
+    /// ```no_run
+    /// # use graph_rt_core::*;
+    /// # fn f(blas: &Cublas, a: &DeviceBuffer<half::bf16>, b: &DeviceBuffer<half::bf16>,
+    /// #      c: &mut DeviceBuffer<half::bf16>) -> Result<()> {
+    /// blas.gemm_bf16(CublasOp::N, CublasOp::N, 16, 16, 16, 1.0, a, 16, b, 16, 0.0, c, 16)
+    /// # }
+    /// ```
+    ///
+    /// ```compile_fail,E0308
+    /// # use graph_rt_core::*;
+    /// # fn f(blas: &Cublas, a: &DeviceBuffer<half::f16>, b: &DeviceBuffer<half::f16>,
+    /// #      c: &mut DeviceBuffer<half::f16>) -> Result<()> {
+    /// blas.gemm_bf16(CublasOp::N, CublasOp::N, 16, 16, 16, 1.0, a, 16, b, 16, 0.0, c, 16)
+    /// # }
+    /// ```
     #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
     pub fn gemm_bf16(
         &self,
@@ -347,20 +364,21 @@ impl Cublas {
         n: usize,
         k: usize,
         alpha: f32,
-        a: &DeviceBuffer<u16>,
+        a: &DeviceBuffer<half::bf16>,
         lda: usize,
-        b: &DeviceBuffer<u16>,
+        b: &DeviceBuffer<half::bf16>,
         ldb: usize,
         beta: f32,
-        c: &mut DeviceBuffer<u16>,
+        c: &mut DeviceBuffer<half::bf16>,
         ldc: usize,
     ) -> Result<()> {
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
         self.gemm_ex(sys::CUDA_R_16BF, &shape, (alpha, beta), a, b, c)
     }
 
-    /// [`Cublas::sgemm`] on f16 matrices (`cublasGemmEx`, `CUDA_R_16F`, the raw bits in `u16`)
-    /// with f32 accumulation (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`.
+    /// [`Cublas::sgemm`] on f16 matrices (`cublasGemmEx`, `CUDA_R_16F`; elements of
+    /// [`half::f16`]) with f32 accumulation (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`. A
+    /// bf16 buffer does not compile here.
     #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
     pub fn gemm_f16(
         &self,
@@ -370,27 +388,27 @@ impl Cublas {
         n: usize,
         k: usize,
         alpha: f32,
-        a: &DeviceBuffer<u16>,
+        a: &DeviceBuffer<half::f16>,
         lda: usize,
-        b: &DeviceBuffer<u16>,
+        b: &DeviceBuffer<half::f16>,
         ldb: usize,
         beta: f32,
-        c: &mut DeviceBuffer<u16>,
+        c: &mut DeviceBuffer<half::f16>,
         ldc: usize,
     ) -> Result<()> {
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
         self.gemm_ex(sys::CUDA_R_16F, &shape, (alpha, beta), a, b, c)
     }
 
-    /// `cublasGemmEx` with A, B and C of `dtype` (a 16-bit `cudaDataType_t`).
-    fn gemm_ex(
+    /// `cublasGemmEx` with A, B and C of `dtype` (the `cudaDataType_t` of `T`, 16 bits).
+    fn gemm_ex<T: bytemuck::Pod>(
         &self,
         dtype: c_int,
         shape: &GemmShape,
         (alpha, beta): (f32, f32),
-        a: &DeviceBuffer<u16>,
-        b: &DeviceBuffer<u16>,
-        c: &mut DeviceBuffer<u16>,
+        a: &DeviceBuffer<T>,
+        b: &DeviceBuffer<T>,
+        c: &mut DeviceBuffer<T>,
     ) -> Result<()> {
         const CALL: &str = "cublasGemmEx";
         self.gemm(CALL, shape, None, [a, b, c], |d| {

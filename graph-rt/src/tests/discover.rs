@@ -169,13 +169,12 @@ fn host_patcher_rebinds_through_the_exec() {
 }
 
 /// bf16 bits of `v` (round to nearest even).
-fn bf16(v: f32) -> u16 {
-    let b = v.to_bits();
-    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+fn bf16(v: f32) -> half::bf16 {
+    half::bf16::from_f32(v)
 }
 
-fn from_bf16(b: u16) -> f32 {
-    f32::from_bits((b as u32) << 16)
+fn from_bf16(b: half::bf16) -> f32 {
+    b.to_f32()
 }
 
 /// One GEMM of the captured sequence: C (m×n) = A (m×k) · B (k×n), column-major.
@@ -223,10 +222,10 @@ fn cublas_gemms_rebound(options: PreludeOptions) {
     let pool = |len: usize, seeds: usize| -> Vec<Vec<f32>> {
         (0..seeds).map(|_| random_f32(len)).collect()
     };
-    // Element buffers: f32 as is, bf16 as u16 bits; one "set" = A, B, C of every GEMM.
+    // Element buffers: f32 as is, bf16 as half::bf16; one "set" = A, B, C of every GEMM.
     enum Buf {
         F(DeviceBuffer<f32>),
-        H(DeviceBuffer<u16>),
+        H(DeviceBuffer<half::bf16>),
     }
     impl Buf {
         fn raw(&self) -> u64 {
@@ -250,7 +249,7 @@ fn cublas_gemms_rebound(options: PreludeOptions) {
     }
     let upload = |v: &[f32], half: bool| {
         if half {
-            let h: Vec<u16> = v.iter().map(|&x| bf16(x)).collect();
+            let h: Vec<half::bf16> = v.iter().map(|&x| bf16(x)).collect();
             Buf::H(DeviceBuffer::from_host(&ctx, &h).unwrap())
         } else {
             Buf::F(DeviceBuffer::from_host(&ctx, v).unwrap())
@@ -342,7 +341,7 @@ fn cublas_gemms_rebound(options: PreludeOptions) {
     // One table slot per operand of every GEMM, long enough for the captured buffers.
     enum Slot {
         F(PtrSlot<f32>),
-        H(PtrSlot<u16>),
+        H(PtrSlot<half::bf16>),
     }
     let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
     let slots: Vec<Slot> = s0
