@@ -191,6 +191,14 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
                     .collect()
             })
             .collect();
+        // A table's exec launched by the raw cuGraphLaunch, after four launches through the table
+        // filled its ring of mirrors: the same graph as the launch alone's, without graph-rt's
+        // host side (the table's count is left behind: only raw launches follow).
+        let unstaged = chain(10);
+        for _ in 0..4 {
+            unstaged.borrow_mut().launch(stream);
+        }
+        stream.synchronize().expect("sync");
         let alone = || -> common::Variant {
             (
                 "launch, no bind",
@@ -219,6 +227,10 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
                 (
                     "anchor4 replica: pull graph, nothing written",
                     Box::new(|| host(&mut || replica.launch_pull(stream))),
+                ),
+                (
+                    "the same table exec, raw cuGraphLaunch",
+                    Box::new(|| host(&mut || raw_launch(&unstaged.borrow().exec))),
                 ),
             ],
             vec![
