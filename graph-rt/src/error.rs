@@ -50,6 +50,18 @@ pub enum Error {
         /// Why, and what to do instead.
         reason: String,
     },
+    /// A misuse graph-rt recognizes and names: [`Misuse`] says which (match on it, not on the
+    /// text), `reason` says it in words with what to do. Nothing was sent to the driver and
+    /// nothing changed.
+    #[error("{call}: {reason}")]
+    Misuse {
+        /// The graph-rt or driver function that was misused.
+        call: &'static str,
+        /// Which misuse.
+        misuse: Misuse,
+        /// What is wrong and what would be right.
+        reason: String,
+    },
     /// An argument graph-rt checks itself is invalid; nothing was sent to the driver.
     #[error("{call}: {reason}")]
     InvalidArgument {
@@ -58,6 +70,69 @@ pub enum Error {
         /// What is wrong and what would be right.
         reason: String,
     },
+}
+
+/// The misuses graph-rt names (in [`Error::Misuse`]), for callers and tests to match on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Misuse {
+    /// The arguments' parameter sizes (bytes, in order) are not the kernel's.
+    ArgumentLayout {
+        /// The kernel's parameter sizes (`cuFuncGetParamInfo`).
+        kernel: Vec<usize>,
+        /// The sizes the arguments give.
+        given: Vec<usize>,
+    },
+    /// A slot, binding set or exec of another argument table.
+    OtherTable,
+    /// A buffer or stream of another context than the object it is used with.
+    OtherContext,
+    /// A table launched or refreshed on another stream than the one it first used.
+    OtherStream,
+    /// A table's exec launched another way than through its table, or a table launched with an
+    /// exec that does not refresh it.
+    NotThroughTable,
+    /// A slot index beyond the table's slots.
+    SlotOutOfRange {
+        /// The index.
+        slot: usize,
+    },
+    /// An address not aligned as the slot declares.
+    Misaligned {
+        /// The address.
+        addr: u64,
+        /// The alignment the slot declares (bytes).
+        align: usize,
+    },
+    /// Fewer elements than the slot declares.
+    TooShort {
+        /// The elements given.
+        len: usize,
+        /// The elements the slot declares at least.
+        min: usize,
+    },
+    /// A scalar that is not a multiple the slot takes.
+    NotMultiple {
+        /// The multiple the slot takes.
+        multiple: u64,
+    },
+    /// A launch while a slot of the table was never bound.
+    Unbound {
+        /// The first slot never bound.
+        slot: usize,
+    },
+    /// A call that cannot be made while the stream captures (its effect would happen at
+    /// replay, not now).
+    Capturing,
+    /// Slots added to a table whose refresh was already recorded or launched.
+    TableSealed,
+    /// A table already holding its capacity of slots.
+    TableFull {
+        /// The table's capacity.
+        capacity: usize,
+    },
+    /// A binding set with no binding.
+    EmptySet,
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
@@ -82,6 +157,7 @@ impl Error {
             Error::Driver { call, .. }
             | Error::Capture { call, .. }
             | Error::InvalidArgument { call, .. }
+            | Error::Misuse { call, .. }
             | Error::NodeIdentityUnknown { call, .. } => Some(call),
             Error::Load(_) => None,
         }
@@ -128,6 +204,23 @@ impl Error {
                 }),
             },
             e => e,
+        }
+    }
+
+    /// The error of misuse `misuse` of `call`, said in words by `reason`.
+    pub(crate) fn misuse(call: &'static str, misuse: Misuse, reason: impl Into<String>) -> Self {
+        Error::Misuse {
+            call,
+            misuse,
+            reason: reason.into(),
+        }
+    }
+
+    /// Which misuse this is, if graph-rt named it.
+    pub fn misuse_kind(&self) -> Option<&Misuse> {
+        match self {
+            Error::Misuse { misuse, .. } => Some(misuse),
+            _ => None,
         }
     }
 

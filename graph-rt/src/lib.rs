@@ -65,7 +65,7 @@ pub use driver::{
     Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function,
     MappedHostBuffer, Module, ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
 };
-pub use error::{check, Error, Result};
+pub use error::{check, Error, Misuse, Result};
 pub use graph::{
     CaptureMode, CaptureScope, CapturedNode, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation,
     GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,

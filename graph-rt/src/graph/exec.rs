@@ -19,7 +19,7 @@ use crate::driver::Context;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::{cu, Parked, Stream, StreamInner};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::{check_layout, KernelArgs, LaunchConfig};
 use crate::resource::Resource;
 
@@ -241,8 +241,9 @@ impl GraphExec {
     #[inline]
     pub fn launch(&self, stream: &Stream) -> Result<()> {
         if self.launch_key.is_some() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "cuGraphLaunch",
+                Misuse::NotThroughTable,
                 "the graph refreshes an argument table: launch it with ArgTable::launch, which writes the bindings it reads",
             ));
         }

@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use cuda_sys::CUlaunchConfig;
 
 use crate::driver::{cu_code, Function, ParamInfo, Returned, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
 
 /// Where kernels can be launched: a [`Stream`] (runs them) or a
@@ -49,8 +49,12 @@ pub(crate) fn check_layout(
         return Ok(());
     }
     let expected: Vec<usize> = layout.iter().map(|p| p.size).collect();
-    Err(Error::invalid(
+    Err(Error::misuse(
         call,
+        Misuse::ArgumentLayout {
+            kernel: expected.clone(),
+            given: sizes.to_vec(),
+        },
         format!(
             "kernel `{}` takes {} parameters of {:?} bytes; the arguments are {} of {:?} bytes",
             f.name(),

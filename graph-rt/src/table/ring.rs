@@ -5,14 +5,15 @@ use std::sync::atomic::Ordering;
 
 use super::table::ArgTable;
 use crate::driver::{Parked, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// The device acknowledged refresh `seen` where the host expected at most `expected`: it
 /// refreshed the table more often than the host launched through it. Refused, rather than
 /// release bindings early on that count.
 fn refreshed_outside(seen: u64, expected: u64) -> Error {
-    Error::invalid(
+    Error::misuse(
         "ArgTable::launch",
+        Misuse::NotThroughTable,
         format!("the device acknowledged refresh {seen} where the host expected at most {expected}: the table's refresh ran outside ArgTable::launch (a graph holding it launched another way)"),
     )
 }
@@ -86,8 +87,9 @@ impl ArgTable {
             if spins % 1024 == 0 {
                 // A failed launch never acknowledges: surface its error instead of spinning.
                 if stream.is_idle()? && ack(self) < at_least {
-                    return Err(Error::invalid(
+                    return Err(Error::misuse(
                         "ArgTable::launch",
+                        Misuse::NotThroughTable,
                         "the stream is idle but the launch that reads this mirror never acknowledged it: was a graph that refreshes the table launched another way?",
                     ));
                 }

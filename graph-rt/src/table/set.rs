@@ -14,7 +14,7 @@ use super::ledger::SetView;
 use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
 use super::table::{key_of, ArgTable};
 use crate::driver::{Allocation, DeviceBuffer, DeviceView};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// What a set keeps alive: the allocations its slots address, once each.
 pub(crate) type SetKeep = Arc<[Arc<Allocation>]>;
@@ -155,8 +155,9 @@ impl ArgTable {
     /// driver call; see [`BindingSet`]). Refuses a set built for another table.
     pub fn bind_set(&mut self, set: &BindingSet) -> Result<()> {
         if set.table != self.id {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "ArgTable::bind_set",
+                Misuse::OtherTable,
                 "the set was built for another table",
             ));
         }
@@ -203,8 +204,9 @@ impl BindingSetBuilder<'_> {
     ) -> Result<&mut Self> {
         self.table.check_ptr(slot, addr, len, call)?;
         if !alloc.in_context(&self.table.ctx) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::OtherContext,
                 "the buffer belongs to another context",
             ));
         }
@@ -276,8 +278,9 @@ impl BindingSetBuilder<'_> {
             mut keep,
         } = self;
         if entries.is_empty() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "BindingSetBuilder::build",
+                Misuse::EmptySet,
                 "a binding set binds at least one slot",
             ));
         }

@@ -31,7 +31,7 @@ use crate::driver::{
     Allocation, CaptureStatus, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer,
     Module, Stream, StreamInner,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::{CaptureScope, CapturedNode, GraphExec};
 use crate::launch::LaunchConfig;
 
@@ -121,9 +121,12 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 ///   eviction have finished (known from the acknowledgements, no event). [`ArgTable::trim`]
 ///   lets go of the earlier ones.
 /// * **Streams**: every launch and refresh through one table goes to one stream, the first one
-///   used; another stream is an [`Error::InvalidArgument`], since the stream's order is what
-///   keeps each launch's bindings its own. Use one table per stream. Execs and eager launches
-///   may share a table on that stream.
+///   used; another stream is refused ([`Misuse::OtherStream`](crate::Misuse::OtherStream)),
+///   since the stream's order is what keeps each launch's bindings its own. Use one table per
+///   stream. Execs and eager launches may share a table on that stream.
+/// * **Errors**: misuse is an [`Error::Misuse`] whose [`Misuse`](crate::Misuse) says which
+///   (another table's slot, a misaligned or short buffer, an unbound slot, a capturing stream,
+///   ...), to match on; the message says it in words.
 ///
 /// ```no_run
 /// # use graph_rt_core::*;
@@ -220,14 +223,18 @@ impl ArgTable {
     fn add_slot(&mut self) -> Result<u32> {
         const CALL: &str = "ArgTable::slot";
         if self.sealed {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::TableSealed,
                 "slots are added before the first refresh is recorded or launched (the refresh copies the slots that exist then)",
             ));
         }
         if self.ledger.words.len() == self.capacity {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::TableFull {
+                    capacity: self.capacity,
+                },
                 format!("the table is full ({} slots)", self.capacity),
             ));
         }
@@ -301,11 +308,18 @@ impl ArgTable {
     #[inline]
     pub(super) fn own(&self, table: u64, index: u32, call: &'static str) -> Result<()> {
         if table != self.id {
-            return Err(Error::invalid(call, "the slot belongs to another table"));
+            return Err(Error::misuse(
+                call,
+                Misuse::OtherTable,
+                "the slot belongs to another table",
+            ));
         }
         if index as usize >= self.ledger.words.len() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::SlotOutOfRange {
+                    slot: index as usize,
+                },
                 format!("slot {index} is out of range"),
             ));
         }
@@ -332,8 +346,9 @@ impl ArgTable {
     ) -> Result<()> {
         let at = self.ledger.keeps.position(index, key);
         if at.is_none() && !alloc.in_context(&self.ctx) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::OtherContext,
                 "the buffer belongs to another context",
             ));
         }
@@ -353,8 +368,12 @@ impl ArgTable {
     ) -> Result<()> {
         self.own(slot.table, slot.index, call)?;
         if addr & (slot.align as u64 - 1) != 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::Misaligned {
+                    addr,
+                    align: slot.align as usize,
+                },
                 format!(
                     "address {addr:#x} is not aligned to the {} bytes the slot declares",
                     slot.align
@@ -362,8 +381,12 @@ impl ArgTable {
             ));
         }
         if len < slot.min_len {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::TooShort {
+                    len,
+                    min: slot.min_len,
+                },
                 format!(
                     "{len} elements; the slot declares at least {}",
                     slot.min_len
@@ -435,8 +458,11 @@ impl ArgTable {
         // As an integer of T's width: a power-of-two multiple whatever the signedness.
         let word = u64::from_le_bytes(word);
         if word & (slot.multiple_of as u64 - 1) != 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::NotMultiple {
+                    multiple: slot.multiple_of as u64,
+                },
                 format!(
                     "the slot takes multiples of {} (the kernel was compiled for them)",
                     slot.multiple_of
@@ -507,8 +533,9 @@ impl ArgTable {
     /// the table's count) and the launch.
     pub fn launch(&mut self, exec: &GraphExec, stream: &Stream) -> Result<()> {
         if exec.launch_key() != Some(self.id) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "ArgTable::launch",
+                Misuse::NotThroughTable,
                 "the exec does not refresh this table (record_refresh in its capture)",
             ));
         }
@@ -535,16 +562,18 @@ impl ArgTable {
     /// Checks the launch and writes the bindings into the next mirror.
     fn stage(&mut self, stream: &Stream, call: &'static str) -> Result<()> {
         if stream.context().as_raw() != self.ctx.as_raw() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::OtherContext,
                 "the stream belongs to another context than the table",
             ));
         }
         // A launch or refresh captured now would run later, at replay, while this staged a
         // mirror for it now: the device's count of refreshes would leave the host's.
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::Capturing,
                 "the stream is capturing: record the refresh with record_refresh and launch the graph with ArgTable::launch after the capture",
             ));
         }
@@ -553,14 +582,19 @@ impl ArgTable {
             .as_ref()
             .is_some_and(|s| s.raw() != stream.as_raw())
         {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::OtherStream,
                 "all launches through a table go to one stream (its refreshes are ordered by it)",
             ));
         }
         if self.ledger.unbound > 0 {
             let first = self.ledger.first_unbound().unwrap_or(0);
-            return Err(Error::invalid(call, format!("slot {first} is not bound")));
+            return Err(Error::misuse(
+                call,
+                Misuse::Unbound { slot: first },
+                format!("slot {first} is not bound"),
+            ));
         }
         let (mirror, wait) = self.ledger.next_mirror();
         if let Some(at_least) = wait {

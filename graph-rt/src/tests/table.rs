@@ -4,8 +4,8 @@
 use super::chain::{buffers, N};
 use super::{assert_close, capturing_ctx, function, random_f32, sized};
 use crate::{
-    ArgTable, CaptureMode, DeviceBuffer, Error, GraphExec, LaunchConfig, PinnedHostBuffer, PtrSlot,
-    Stream, TableOptions,
+    ArgTable, CaptureMode, DeviceBuffer, Error, GraphExec, LaunchConfig, Misuse, PinnedHostBuffer,
+    PtrSlot, Stream, TableOptions,
 };
 
 /// Captures a chain of `steps` table-form `add1` kernels (PDL form when `pdl`) reading and
@@ -165,20 +165,38 @@ fn bad_bindings_and_launches_are_typed_errors_and_change_nothing() {
     let foreign = other.ptr_slot::<f32>().unwrap();
     // Initialized (poisoned): the launch that succeeds reads the first.
     let bufs = buffers(&ctx, 3);
-    let invalid = |r: crate::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    let misuse = |r: crate::Result<()>| r.err().and_then(|e| e.misuse_kind().cloned());
     // A launch with an unbound slot; the exec launched directly.
-    assert!(invalid(table.launch(&exec, &stream)));
-    assert!(invalid(exec.launch(&stream)));
+    assert_eq!(
+        misuse(table.launch(&exec, &stream)),
+        Some(Misuse::Unbound { slot: 0 })
+    );
+    assert_eq!(misuse(exec.launch(&stream)), Some(Misuse::NotThroughTable));
     // A slot of another table; a misaligned address; too short a buffer.
-    assert!(invalid(table.bind(&foreign, &bufs[0])));
+    assert_eq!(
+        misuse(table.bind(&foreign, &bufs[0])),
+        Some(Misuse::OtherTable)
+    );
     let offset = bufs[0].slice(1..).unwrap();
-    assert!(invalid(table.bind_view(&slots[0], &offset)));
+    assert_eq!(
+        misuse(table.bind_view(&slots[0], &offset)),
+        Some(Misuse::Misaligned {
+            addr: offset.as_raw(),
+            align: 16
+        })
+    );
     let short = DeviceBuffer::<f32>::alloc(&ctx, 8).unwrap();
     let mut sized = ArgTable::new(&ctx, TableOptions::default()).unwrap();
     let long = sized.ptr_slot_with::<f32>(16, N).unwrap();
-    assert!(invalid(sized.bind(&long, &short)));
+    assert_eq!(
+        misuse(sized.bind(&long, &short)),
+        Some(Misuse::TooShort { len: 8, min: N })
+    );
     // Slots are fixed once a refresh was recorded.
-    assert!(invalid(table.ptr_slot::<f32>().map(drop)));
+    assert_eq!(
+        misuse(table.ptr_slot::<f32>().map(drop)),
+        Some(Misuse::TableSealed)
+    );
     assert_eq!(
         table.stats().binds,
         0,
@@ -189,7 +207,10 @@ fn bad_bindings_and_launches_are_typed_errors_and_change_nothing() {
         table.bind(slot, buf).unwrap();
     }
     table.launch(&exec, &stream).unwrap();
-    assert!(invalid(table.launch(&exec, &other_stream)));
+    assert_eq!(
+        misuse(table.launch(&exec, &other_stream)),
+        Some(Misuse::OtherStream)
+    );
     stream.synchronize().unwrap();
     drop(other);
 }
@@ -210,12 +231,15 @@ fn refreshes_outside_the_tables_count_are_refused() {
     for (slot, buf) in slots.iter().zip(&bufs) {
         table.bind(slot, buf).unwrap();
     }
-    let invalid = |r: crate::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    let misuse = |r: crate::Result<()>| r.err().and_then(|e| e.misuse_kind().cloned());
     // On a capturing stream: refused, and the capture ends normally.
     let graph = stream
         .capture(CaptureMode::Global, |s| {
-            assert!(invalid(table.refresh(s.stream())));
-            assert!(invalid(table.launch(&exec, s.stream())));
+            assert_eq!(misuse(table.refresh(s.stream())), Some(Misuse::Capturing));
+            assert_eq!(
+                misuse(table.launch(&exec, s.stream())),
+                Some(Misuse::Capturing)
+            );
             Ok(())
         })
         .unwrap();
@@ -249,7 +273,10 @@ fn refreshes_outside_the_tables_count_are_refused() {
         .add_child_graph(&[], &with_refresh(&stream, &mut table))
         .unwrap();
     let outer_exec = outer.instantiate().unwrap();
-    assert!(invalid(outer_exec.launch(&stream)));
+    assert_eq!(
+        misuse(outer_exec.launch(&stream)),
+        Some(Misuse::NotThroughTable)
+    );
     table.launch(&outer_exec, &stream).unwrap();
     table.launch(&exec, &stream).unwrap();
     stream.synchronize().unwrap();

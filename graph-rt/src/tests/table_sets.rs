@@ -5,7 +5,7 @@ use rand::{Rng, SeedableRng};
 
 use super::{capturing_ctx, function, sized};
 use crate::{
-    ArgTable, BindingSet, CaptureMode, DeviceBuffer, Error, LaunchConfig, PtrSlot, Stream,
+    ArgTable, BindingSet, CaptureMode, DeviceBuffer, Error, LaunchConfig, Misuse, PtrSlot, Stream,
     TableOptions,
 };
 
@@ -156,29 +156,31 @@ fn binding_set_misuse_is_a_typed_error() {
     let mut b = ArgTable::new(&ctx, TableOptions::default()).unwrap();
     let (sa, sb) = (a.ptr_slot::<f32>().unwrap(), b.ptr_slot::<f32>().unwrap());
     let buf = DeviceBuffer::<f32>::zeroed(&ctx, 64).unwrap();
-    let invalid = |e: Error, call: &str| {
+    let misuse = |e: Error, call: &str, want: Misuse| {
         assert!(
-            matches!(e, Error::InvalidArgument { call: c, .. } if c == call),
+            matches!(&e, Error::Misuse { call: c, misuse, .. } if *c == call && *misuse == want),
             "{e}"
         )
     };
-    invalid(
-        a.binding_set().build().unwrap_err(),
-        "BindingSetBuilder::build",
-    );
+    let empty = a.binding_set().build().unwrap_err();
+    misuse(empty, "BindingSetBuilder::build", Misuse::EmptySet);
     let mut builder = a.binding_set();
-    invalid(
-        builder.bind(&sb, &buf).unwrap_err(),
-        "BindingSetBuilder::bind",
-    );
+    let other = builder.bind(&sb, &buf).unwrap_err();
+    misuse(other, "BindingSetBuilder::bind", Misuse::OtherTable);
     builder.bind(&sa, &buf).unwrap();
     let set = builder.build().unwrap();
     assert_eq!(set.len(), 1);
-    invalid(b.bind_set(&set).unwrap_err(), "ArgTable::bind_set");
+    misuse(
+        b.bind_set(&set).unwrap_err(),
+        "ArgTable::bind_set",
+        Misuse::OtherTable,
+    );
     let misaligned = buf.slice(1..64).unwrap();
-    invalid(
+    let addr = misaligned.as_raw();
+    misuse(
         a.binding_set().bind_view(&sa, &misaligned).unwrap_err(),
         "BindingSetBuilder::bind_view",
+        Misuse::Misaligned { addr, align: 16 },
     );
     a.bind_set(&set).unwrap();
     assert_eq!(a.stats().binds, 1);
