@@ -133,6 +133,30 @@ pub enum Misuse {
     },
     /// A binding set with no binding.
     EmptySet,
+    /// A copy between two sides of different lengths (elements).
+    LengthMismatch {
+        /// This side's elements (the buffer or view).
+        ours: usize,
+        /// The other side's.
+        theirs: usize,
+    },
+    /// Arguments beyond the bytes any kernel takes.
+    ArgumentsTooLarge {
+        /// The bytes the arguments would take.
+        bytes: usize,
+        /// The most a kernel takes.
+        max: usize,
+    },
+    /// An alignment that is not a power of two.
+    NotPowerOfTwo {
+        /// The alignment given.
+        align: usize,
+    },
+    /// A range that is not within the buffer or view.
+    OutOfRange {
+        /// The buffer's or view's elements.
+        len: usize,
+    },
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {

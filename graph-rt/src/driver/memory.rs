@@ -11,7 +11,7 @@ use super::call::cu;
 use super::view::view;
 use super::{Context, ContextInner};
 use super::{DeviceView, PinnedHostBuffer, Stream, StreamInner};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// Where an allocation's memory comes from, and so how it is released (the `Drop` of
 /// [`Allocation`]). Nothing outside this module sees the backing: launches, captures and exec
@@ -90,8 +90,9 @@ pub(super) fn same_len(call: &'static str, ours: usize, theirs: usize) -> Result
     if ours == theirs {
         Ok(())
     } else {
-        Err(Error::invalid(
+        Err(Error::misuse(
             call,
+            Misuse::LengthMismatch { ours, theirs },
             format!("the buffer holds {ours} elements, the other side {theirs}"),
         ))
     }
@@ -117,8 +118,9 @@ pub(super) fn bounds(
         (Some(s), Some(e)) if s <= e && e <= len => Ok((s, e)),
         _ => {
             let show = |b: Option<usize>| b.map_or("usize::MAX + 1".into(), |b| b.to_string());
-            Err(Error::invalid(
+            Err(Error::misuse(
                 call,
+                Misuse::OutOfRange { len },
                 format!(
                     "elements {}..{} are not a range within the {len} elements",
                     show(start),
@@ -135,8 +137,9 @@ pub(super) fn not_capturing(stream: &Stream, call: &'static str) -> Result<()> {
     if stream.capture_status()? == super::CaptureStatus::None {
         Ok(())
     } else {
-        Err(Error::invalid(
+        Err(Error::misuse(
             call,
+            Misuse::Capturing,
             "the stream is capturing: copies to and from host memory wait for their stream, which a capture cannot",
         ))
     }

@@ -4,7 +4,7 @@ use std::ffi::c_void;
 use std::mem::{align_of, size_of, MaybeUninit};
 
 use super::{KernelArg, KernelArgs};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::resource::Resource;
 
 /// 16 bytes of parameter storage, aligned as CUDA's most aligned built-in types (`float4`,
@@ -150,8 +150,9 @@ impl KernelArgList {
     /// [`keep_alive`](Self::keep_alive), or keep it valid for every launch and replay yourself.
     pub unsafe fn push_bytes(&mut self, bytes: &[u8], align: usize) -> Result<&mut Self> {
         if !align.is_power_of_two() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "KernelArgList::push_bytes",
+                Misuse::NotPowerOfTwo { align },
                 format!("the alignment {align} is not a power of two"),
             ));
         }
@@ -260,8 +261,12 @@ impl KernelArgList {
 
 #[cold]
 fn too_many_bytes(total: usize) -> Error {
-    Error::invalid(
+    Error::misuse(
         "KernelArgList::push",
+        Misuse::ArgumentsTooLarge {
+            bytes: total,
+            max: KernelArgList::MAX_BYTES,
+        },
         format!(
             "{total} bytes of arguments exceed the {} bytes any kernel takes",
             KernelArgList::MAX_BYTES
@@ -456,14 +461,22 @@ mod tests {
         // SAFETY: plain bytes.
         unsafe { list.push_bytes(&most, 1).unwrap() };
         let e = list.push(2u8).unwrap_err();
-        assert!(
-            matches!(e, Error::InvalidArgument { .. }) && e.to_string().contains("32765 bytes"),
+        assert_eq!(
+            e.misuse_kind(),
+            Some(&Misuse::ArgumentsTooLarge {
+                bytes: KernelArgList::MAX_BYTES + 1,
+                max: KernelArgList::MAX_BYTES
+            }),
             "{e}"
         );
         assert_eq!(list.len(), 2);
         // SAFETY: refused before anything is stored.
         let e = unsafe { KernelArgList::new().push_bytes(&[0; 4], 3) }.unwrap_err();
-        assert!(e.to_string().contains("power of two"), "{e}");
+        assert_eq!(
+            e.misuse_kind(),
+            Some(&Misuse::NotPowerOfTwo { align: 3 }),
+            "{e}"
+        );
     }
 
     fn rand_f32() -> f32 {
