@@ -22,3 +22,6 @@
 
 pub use graph_rt_core::*;
 pub use graph_rt_kernels as kernels;
+
+/// The manual: graph-rt's workflows, each with an example that compiles (start here).
+pub mod manual;
