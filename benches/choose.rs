@@ -1,5 +1,5 @@
 //! The automatic choice of rebinding mechanism against every mechanism, measured in the same
-//! run. The cost model comes from `graph_rt::cost_model` (read from the per-device cache, or
+//! run. The cost model comes from `graph_rt::calibrate::cost_model` (read from the per-device cache, or
 //! calibrated now and written there; the first line says which). Then, for chains of N `add1`
 //! kernels (the calibration's workload: 4096 floats per buffer, kernel k reads buffer k and
 //! writes buffer k + 1), N ∈ {10, 50, 200, 1000}: every mechanism that applies on this device
@@ -24,10 +24,10 @@ use std::cell::RefCell;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use graph_rt::{
-    chain_shape, chain_step, choose, cost_model, CalibrateOptions, ChainStep, Context, GraphShape,
-    Mechanism, Prelude, Stream,
-};
+use graph_rt::calibrate::{chain_shape, chain_step, cost_model, CalibrateOptions, ChainStep};
+use graph_rt::choose::{choose, GraphShape, Mechanism};
+use graph_rt::foreign::Prelude;
+use graph_rt::{Context, Stream};
 
 const SIZES: [usize; 4] = [10, 50, 200, 1000];
 const TARGET: f64 = 1.03;

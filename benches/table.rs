@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use std::cell::RefCell;
 
+use graph_rt::table::PtrSlot;
 use graph_rt::{
     ArgTable, CaptureMode, Context, DeviceBuffer, Event, EventFlags, ExecUpdate, Function, Graph,
-    GraphExec, LaunchConfig, Module, PtrSlot, Stream, TableOptions,
+    GraphExec, LaunchConfig, Module, Stream, TableOptions,
 };
 
 const ELEMS: usize = 4096;

@@ -12,9 +12,11 @@
 
 mod common;
 
+use graph_rt::table::PtrSlot;
+use graph_rt::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
 use graph_rt::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Event, EventFlags, GraphExec, PtrSlot, Stream,
-    TableOptions, TritonArg, TritonFiles, TritonForm, TritonKernel,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Event, EventFlags, GraphExec, Stream,
+    TableOptions,
 };
 use serde_json::Value;
 

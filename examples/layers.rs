@@ -24,11 +24,13 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::cublas::{Cublas, Op as CublasOp};
+use graph_rt::foreign::{discover_graphs, Dynamic, HostPatcher, Prelude, PreludeOptions};
+use graph_rt::table::{PtrSlot, TableKernel};
 use graph_rt::timing::median;
 use graph_rt::{
-    discover_graphs, ArgTable, CaptureMode, CaptureScope, Context, Cublas, CublasOp, DeviceBuffer,
-    Dynamic, Event, EventFlags, Function, Graph, HostPatcher, LaunchConfig, Module, Prelude,
-    PreludeOptions, PtrSlot, Stream, TableKernel, TableOptions,
+    ArgTable, CaptureMode, CaptureScope, Context, DeviceBuffer, Event, EventFlags, Function, Graph,
+    LaunchConfig, Module, Stream, TableOptions,
 };
 use rand::Rng;
 

@@ -15,10 +15,11 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::table::{PtrSlot, TableKernel};
 use graph_rt::timing::median;
 use graph_rt::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Function, LaunchConfig, Module, PtrSlot, Stream,
-    TableKernel, TableOptions,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Function, LaunchConfig, Module, Stream,
+    TableOptions,
 };
 use rand::Rng;
 

@@ -14,11 +14,10 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::table::PtrSlot;
 use graph_rt::timing::median;
-use graph_rt::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, PtrSlot, Stream, TableOptions, TritonArg,
-    TritonFiles, TritonForm, TritonKernel,
-};
+use graph_rt::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
+use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer, Stream, TableOptions};
 use rand::Rng;
 
 macro_rules! triton_fixtures_dir {

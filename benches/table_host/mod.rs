@@ -5,7 +5,8 @@
 use std::cell::RefCell;
 use std::time::Instant;
 
-use graph_rt::{BindingSet, Context, DeviceBuffer, GraphExec, Stream};
+use graph_rt::table::BindingSet;
+use graph_rt::{Context, DeviceBuffer, GraphExec, Stream};
 
 mod replica;
 

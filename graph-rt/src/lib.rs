@@ -5,6 +5,15 @@
 //! [`Context::take_deferred_errors`]); every type has `as_raw` and an `unsafe from_raw` so that
 //! handles from PyTorch, cuBLAS or cudarc can be used.
 //!
+//! The root holds the core: devices, contexts, streams, events, buffers and views, modules and
+//! launches, graphs, captures and execs, the [`ArgTable`], and the [`Error`] (with its
+//! [`Misuse`]). The rest is by feature: [`table`] (slots, binding sets, table-form kernels),
+//! [`triton`] (Triton's kernels), [`foreign`] (kernels graph-rt did not write: pointer
+//! discovery, host patching, the in-graph prelude), [`cublas`], [`choose`] (the cost model and
+//! the choice of rebinding mechanism) and [`calibrate`] (measuring that model on the device),
+//! [`timing`] (how graph-rt measures), [`cudarc`] (interop, feature `cudarc`), and the raw
+//! layers [`sys`] (driver bindings) and [`ptx`] (the PTX pass).
+//!
 //! ```no_run
 //! use graph_rt_core::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
 //!
@@ -29,9 +38,9 @@
 
 // Modules depend on each other in one direction: `error`, `resource` <- `driver/` <- `launch/`
 // <- `graph/` <- `table/` (scripts/check-module-cycles fails CI on a cycle between folders).
-mod calibrate;
-mod choose;
-mod cublas;
+pub mod calibrate;
+pub mod choose;
+pub mod cublas;
 #[cfg(feature = "cudarc")]
 pub mod cudarc;
 mod discover;
@@ -41,25 +50,29 @@ mod graph;
 mod launch;
 mod prelude;
 mod resource;
-mod table;
+pub mod table;
 pub mod timing;
 
-/// The 16-bit float types of [`Cublas::gemm_bf16`] and [`Cublas::gemm_f16`] buffers (the `half`
+/// The 16-bit float types of [`Cublas::gemm_bf16`](cublas::Cublas::gemm_bf16) and
+/// [`Cublas::gemm_f16`](cublas::Cublas::gemm_f16) buffers (the `half`
 /// crate, as candle and burn use it): `DeviceBuffer<half::bf16>` and `DeviceBuffer<half::f16>`
 /// are distinct types, so one cannot be passed where the other is meant.
 pub use half;
-mod triton;
+pub mod triton;
 
-pub use calibrate::{
-    calibrate, chain_shape, chain_step, cost_model, CalibrateOptions, ChainSetup, ChainStep,
-    ExtraMechanism, ModelSource, Recalibration,
-};
-pub use choose::{choose, Choice, CostModel, GraphShape, Line, Mechanism, Prediction};
-pub use cublas::{Cublas, Op as CublasOp};
-pub use discover::{
-    discover, discover_graphs, kernel_snapshots, Discovery, Dynamic, HostPatcher, KernelSnapshot,
-    NodeParams, Patch, Unexplained,
-};
+/// Kernels graph-rt did not write (cuBLAS's, a library's): finding the device pointers in their
+/// captured parameters ([`discover_graphs`](foreign::discover_graphs)), and rebinding them
+/// between replays from the host ([`HostPatcher`](foreign::HostPatcher)) or in the graph
+/// itself ([`Prelude`](foreign::Prelude), which rewrites them on the device from an
+/// [`ArgTable`]'s slots). The manual's `foreign` chapter (`graph_rt::manual`) walks through it.
+pub mod foreign {
+    pub use crate::discover::{
+        discover, discover_graphs, kernel_snapshots, Discovery, Dynamic, HostPatcher,
+        KernelSnapshot, NodeParams, Patch, Unexplained,
+    };
+    pub use crate::prelude::{Prelude, PreludeMode, PreludeOptions, PreludeReport};
+}
+
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
     Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function,
@@ -73,16 +86,8 @@ pub use graph::{
 pub use launch::{
     ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher, ScalarKind,
 };
-pub use prelude::{Prelude, PreludeMode, PreludeOptions, PreludeReport};
 pub use resource::Resource;
-pub use table::{
-    ArgTable, BindingSet, BindingSetBuilder, PtrSlot, ScalarSlot, SlotRef, SlotScalar, TableKernel,
-    TableOptions, TableParam, TableStats,
-};
-pub use triton::{
-    ttir_args, TritonArg, TritonFiles, TritonForm, TritonKernel, TritonMetadata, TritonParam,
-    TtirArg,
-};
+pub use table::{ArgTable, TableOptions};
 
 /// The raw driver bindings this crate is built on.
 pub use cuda_sys as sys;

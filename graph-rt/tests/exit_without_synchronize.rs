@@ -17,10 +17,10 @@
 //! thread-locals are gone by the time exit handlers run) before the hook returned, and that
 //! nothing was leaked or reported as an error.
 
-use graph_rt_core::{
-    discover_graphs, ArgTable, CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Dynamic,
-    Prelude, PreludeOptions, PtrSlot, SlotRef, Stream, TableOptions,
-};
+use graph_rt_core::cublas::{Cublas, Op as CublasOp};
+use graph_rt_core::foreign::{discover_graphs, Dynamic, Prelude, PreludeOptions};
+use graph_rt_core::table::{PtrSlot, SlotRef};
+use graph_rt_core::{ArgTable, CaptureMode, Context, DeviceBuffer, Stream, TableOptions};
 
 fn sanitized() -> bool {
     std::env::var_os("GRAPH_RT_SANITIZER").is_some()

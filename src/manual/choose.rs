@@ -1,6 +1,6 @@
 //! Choosing how a graph is rebound between replays, from a cost model measured on the device.
 //!
-//! The mechanisms ([`crate::Mechanism`]) are table + PDL, table, the in-graph prelude, host
+//! The mechanisms ([`crate::choose::Mechanism`]) are table + PDL, table, the in-graph prelude, host
 //! per-node updates, re-capture + exec update, and copying inputs into a static graph's
 //! buffers. Which is fastest depends on the graph (how many kernel nodes, which of them are in
 //! table form, how many words change, how many bytes a static graph would copy) and on the
@@ -8,27 +8,30 @@
 //!
 //! # The cost model
 //!
-//! [`crate::cost_model`]`(&stream, &`[`crate::CalibrateOptions`]`::default())` measures every
+//! [`crate::calibrate::cost_model`]`(&stream, &`[`crate::calibrate::CalibrateOptions`]`::default())` measures every
 //! mechanism on chains of 10 / 50 / 200 / 1000 `add1` kernels in interleaved rounds, once per
 //! device: the model is cached as `cost-model-<device UUID>.json` under `GRAPH_RT_CACHE_DIR`,
 //! `$XDG_CACHE_HOME/graph-rt` or `~/.cache/graph-rt`, and `GRAPH_RT_RECALIBRATE=1` (or
-//! `CalibrateOptions::recalibrate`) measures anew. It returns the [`crate::CostModel`] and a
-//! [`crate::ModelSource`] saying whether it was read or measured, and why.
-//! [`crate::calibrate`] measures without the cache; a workload of your own joins the same
-//! rounds as an [`crate::ExtraMechanism`].
+//! `CalibrateOptions::recalibrate`) measures anew. It returns the [`crate::choose::CostModel`] and a
+//! [`crate::calibrate::ModelSource`] saying whether it was read or measured, and why.
+//! [`crate::calibrate::calibrate`] measures without the cache; a workload of your own joins the same
+//! rounds as an [`crate::calibrate::ExtraMechanism`].
 //!
 //! # The choice
 //!
-//! [`crate::choose`]`(&shape, &model, override)` predicts each mechanism's wall time per
-//! replay of a graph of the given [`crate::GraphShape`] (piecewise linear in kernel nodes,
+//! [`crate::choose::choose`]`(&shape, &model, override)` predicts each mechanism's wall time per
+//! replay of a graph of the given [`crate::choose::GraphShape`] (piecewise linear in kernel nodes,
 //! plus the copy for static graphs), picks the fastest that applies, and reports every
-//! alternative, or why it does not apply ([`crate::Choice`], [`crate::Prediction`]). An
+//! alternative, or why it does not apply ([`crate::choose::Choice`], [`crate::choose::Prediction`]). An
 //! override picks a mechanism instead, and is an error where that mechanism cannot rebind
 //! such a graph or was not measured.
 //!
 //! ```no_run
-//! use graph_rt::{choose, cost_model, CalibrateOptions, Context, GraphShape, Mechanism};
-//! use graph_rt::{Prelude, Stream};
+//! use graph_rt::{Context};
+//! use graph_rt::calibrate::{cost_model, CalibrateOptions};
+//! use graph_rt::choose::{choose, GraphShape, Mechanism};
+//! use graph_rt::{Stream};
+//! use graph_rt::foreign::Prelude;
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! let ctx = Context::new(0)?;
@@ -61,5 +64,5 @@
 //! The model is measured on chains of one kernel kind: it does not predict mixes (after a
 //! cuBLAS kernel, which does not let its dependents start early, a table-form kernel's slot
 //! loads cannot hide behind PDL). The repository's `layers` example measures two mixes in the
-//! same rounds and keeps the faster. [`crate::chain_step`] and [`crate::chain_shape`] give the
+//! same rounds and keeps the faster. [`crate::calibrate::chain_step`] and [`crate::calibrate::chain_shape`] give the
 //! calibration's own workload and its shape, to compare the mechanisms on it.

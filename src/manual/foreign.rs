@@ -3,38 +3,41 @@
 //!
 //! # cuBLAS
 //!
-//! [`crate::Cublas`] is loaded at run time, once per process: the file `GRAPH_RT_CUBLAS` names,
+//! [`crate::cublas::Cublas`] is loaded at run time, once per process: the file `GRAPH_RT_CUBLAS` names,
 //! else `libcublas.so.13`, else `libcublas.so.12`; nothing of cuBLAS is needed to build. A
-//! handle is bound to one stream and gives sgemm ([`crate::Cublas::sgemm`]), bf16 / f16
-//! `GemmEx` ([`crate::Cublas::gemm_bf16`], [`crate::Cublas::gemm_f16`], on buffers of
+//! handle is bound to one stream and gives sgemm ([`crate::cublas::Cublas::sgemm`]), bf16 / f16
+//! `GemmEx` ([`crate::cublas::Cublas::gemm_bf16`], [`crate::cublas::Cublas::gemm_f16`], on buffers of
 //! [`crate::half`]'s types) and strided batched sgemm
-//! ([`crate::Cublas::sgemm_strided_batched`]), each checked against its buffers' sizes. Its
+//! ([`crate::cublas::Cublas::sgemm_strided_batched`]), each checked against its buffers' sizes. Its
 //! workspace is set so that capture never allocates. Inside a capture, GEMMs go through
-//! [`crate::Cublas::record`], which has the graph keep their buffers and the workspace alive
+//! [`crate::cublas::Cublas::record`], which has the graph keep their buffers and the workspace alive
 //! (a GEMM on the capturing stream outside `record` is refused). Warm each shape up once
 //! outside the capture, so that cuBLAS's one-time setup happens there.
 //!
 //! # Discovery
 //!
 //! Capture the work twice, with different allocations of the buffers you declare dynamic
-//! ([`crate::Dynamic`]: a base address and a length). [`crate::discover_graphs`]`(&first,
+//! ([`crate::foreign::Dynamic`]: a base address and a length). [`crate::foreign::discover_graphs`]`(&first,
 //! &second, &dyn_first, &dyn_second)` reads every kernel node's parameters (`kernelParams` or
 //! the `extra` buffer, with `cuFuncGetParamInfo`'s layout, words inside by-value structs
 //! included) and accepts a word only where each capture holds its own allocation's address
 //! plus the same interior offset. Every other difference is reported
-//! ([`crate::Discovery::unexplained`], an [`crate::Unexplained`] each), never guessed, and so
-//! are dynamic buffers no node reads ([`crate::Discovery::unseen`]). On an H200, a captured
+//! ([`crate::foreign::Discovery::unexplained`], an [`crate::foreign::Unexplained`] each), never guessed, and so
+//! are dynamic buffers no node reads ([`crate::foreign::Discovery::unseen`]). On an H200, a captured
 //! sequence of five GEMMs (bf16 M = 1, 16, 64; f32 M = 1, 16; N = K = 4096: 8 kernel nodes, 3
 //! of them `nvjet` kernels taking their parameters through `extra`) was rebound to fresh A, B
 //! and C before each of 100 replays with no synchronization: 67 words in 8 nodes, every sampled
 //! output right.
 //!
-//! [`crate::HostPatcher`] then rewrites the discovered words before each launch, by host-side
+//! [`crate::foreign::HostPatcher`] then rewrites the discovered words before each launch, by host-side
 //! node updates:
 //!
 //! ```no_run
-//! use graph_rt::{discover_graphs, CaptureMode, Context, Cublas, CublasOp, DeviceBuffer};
-//! use graph_rt::{Dynamic, Graph, HostPatcher, Stream};
+//! use graph_rt::{CaptureMode, Context, DeviceBuffer};
+//! use graph_rt::cublas::{Cublas, Op as CublasOp};
+//! use graph_rt::foreign::discover_graphs;
+//! use graph_rt::{Graph, Stream};
+//! use graph_rt::foreign::{Dynamic, HostPatcher};
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! let (m, d) = (16, 1024); // c (m×d) = a (m×d) · w (d×d), column-major
@@ -71,17 +74,17 @@
 //!
 //! # The in-graph prelude
 //!
-//! [`crate::Prelude::install`]`(&mut graph, &table, &snapshots, &discovery, &dynamic, &slots,
+//! [`crate::foreign::Prelude::install`]`(&mut graph, &table, &snapshots, &discovery, &dynamic, &slots,
 //! options)` binds each dynamic buffer to an argument-table slot (see [`super::table`]). The
 //! two captures record the table's refresh first; install before instantiating. The prelude
 //! marks the discovered nodes device-updatable and makes the graph's table refresh also patch
 //! every discovered word from the table (`cudaGraphKernelNodeSetParam`; shipped as cubins for
 //! sm_80 / sm_90 built with no toolkit), so a replay is rebound by binding slots, as for
 //! table-form kernels, with no kernel added; each replay is launched by
-//! [`crate::Prelude::launch`]. Where the cubin does not load (another GPU,
-//! [`crate::Prelude::device_support`] says why) or when asked
-//! ([`crate::PreludeOptions`]`::host_only`), the same words are rewritten from the host before
-//! each launch, and [`crate::PreludeReport`] says so and why.
+//! [`crate::foreign::Prelude::launch`]. Where the cubin does not load (another GPU,
+//! [`crate::foreign::Prelude::device_support`] says why) or when asked
+//! ([`crate::foreign::PreludeOptions`]`::host_only`), the same words are rewritten from the host before
+//! each launch, and [`crate::foreign::PreludeReport`] says so and why.
 //!
 //! CUDA's rules for graphs with device-updatable nodes are typed errors: a second exec while
 //! one exists, [`crate::Graph::try_clone`], [`crate::GraphExec::update`] /
@@ -90,8 +93,11 @@
 //! updates, as CUDA requires.
 //!
 //! ```no_run
-//! use graph_rt::{discover_graphs, ArgTable, CaptureMode, Context, Cublas, CublasOp, DeviceBuffer};
-//! use graph_rt::{Dynamic, Graph, Prelude, PreludeOptions, Stream, TableOptions};
+//! use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer};
+//! use graph_rt::cublas::{Cublas, Op as CublasOp};
+//! use graph_rt::foreign::discover_graphs;
+//! use graph_rt::{Graph, Stream, TableOptions};
+//! use graph_rt::foreign::{Dynamic, Prelude, PreludeOptions};
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! let (m, d) = (16, 1024);

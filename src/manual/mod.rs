@@ -36,7 +36,7 @@
 //! | any | per-node update ([`crate::GraphExec::set_kernel_args`]), or re-capture + [`crate::GraphExec::update`] | [`capture`](crate::manual::capture) |
 //! | shipped, nvcc/NVRTC or Triton PTX | argument table (with PDL on compute capability 9.0+) | [`table`](crate::manual::table), [`triton`](crate::manual::triton) |
 //! | cuBLAS, cuDNN, cubins | discovery, then the in-graph prelude or host patching | [`foreign`](crate::manual::foreign) |
-//! | a mix, or unsure | measure, then [`crate::choose`] | [`choose`](crate::manual::choose) |
+//! | a mix, or unsure | measure, then [`crate::choose::choose`] | [`choose`](crate::manual::choose) |
 
 pub mod basics;
 pub mod capture;

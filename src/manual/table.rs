@@ -8,11 +8,11 @@
 //!    [`crate::ArgTable::ptr_slot_with`], declaring an alignment and a minimum length),
 //!    [`crate::ArgTable::scalar_slot`] (or [`crate::ArgTable::scalar_slot_with`], for integers
 //!    that are always a multiple of a power of two).
-//! 2. Load the kernels in table form: [`crate::TableKernel::load`] rewrites a kernel of any
+//! 2. Load the kernels in table form: [`crate::table::TableKernel::load`] rewrites a kernel of any
 //!    PTX with the PTX pass and loads it in one call.
 //! 3. Capture a graph that begins with [`crate::ArgTable::record_refresh`] and then launches
 //!    the table-form kernels with slots where the plain kernels take buffers
-//!    ([`crate::TableKernel::record`]); instantiate it.
+//!    ([`crate::table::TableKernel::record`]); instantiate it.
 //! 4. Each replay: bind the slots ([`crate::ArgTable::bind`], [`crate::ArgTable::bind_view`],
 //!    [`crate::ArgTable::set_scalar`], the unsafe [`crate::ArgTable::bind_raw`]), then
 //!    [`crate::ArgTable::launch`]. No copy and no driver call but the launch (and a query of
@@ -20,7 +20,8 @@
 //!
 //! ```no_run
 //! use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer, LaunchConfig, Stream};
-//! use graph_rt::{TableKernel, TableOptions};
+//! use graph_rt::{TableOptions};
+//! use graph_rt::table::TableKernel;
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! let ctx = Context::new(0)?;
@@ -113,13 +114,14 @@
 //!
 //! Buffers that come back (double buffering, a few decode buffers in rotation) go faster as
 //! prepared sets: [`crate::ArgTable::binding_set`] takes the same binding calls, checked once,
-//! and [`crate::BindingSetBuilder::build`] makes a [`crate::BindingSet`];
+//! and [`crate::table::BindingSetBuilder::build`] makes a [`crate::table::BindingSet`];
 //! [`crate::ArgTable::bind_set`] then costs a copy of its words whatever the number of slots.
 //! On an H200, a thousand slots rebound and launched took 1.15–1.35× the host time of a raw
 //! write of every pointer + launch, against 2–3.6× bound one by one.
 //!
 //! ```no_run
-//! # use graph_rt::{ArgTable, BindingSet, DeviceBuffer, GraphExec, PtrSlot, Stream};
+//! # use graph_rt::{ArgTable, DeviceBuffer, GraphExec, Stream};
+//! # use graph_rt::table::{BindingSet, PtrSlot};
 //! # fn sets(table: &mut ArgTable, slots: &[PtrSlot<f32>], a: &[DeviceBuffer<f32>], b: &[DeviceBuffer<f32>], exec: &GraphExec, stream: &Stream) -> graph_rt::Result<()> {
 //! let mut prepare = |bufs: &[DeviceBuffer<f32>]| -> graph_rt::Result<BindingSet> {
 //!     let mut set = table.binding_set();
@@ -139,11 +141,11 @@
 //!
 //! # Table forms and the PTX pass
 //!
-//! A [`crate::TableKernel`] holds a table-form kernel with the signature the PTX pass reported
+//! A [`crate::table::TableKernel`] holds a table-form kernel with the signature the PTX pass reported
 //! for it, and checks every launch's arguments against it: a slot where it reads one (a
 //! pointer slot, or a scalar slot of the right size; alignment at least the kernel's; all of
-//! one table), values elsewhere. [`crate::TableKernel::load`] runs the pass at load time;
-//! [`crate::TableKernel::from_signature`] takes a pass run earlier (a build script, say).
+//! one table), values elsewhere. [`crate::table::TableKernel::load`] runs the pass at load time;
+//! [`crate::table::TableKernel::from_signature`] takes a pass run earlier (a build script, say).
 //! [`crate::kernels::CHAIN_TABLE`], [`crate::kernels::CHAIN_TABLE_PDL`],
 //! [`crate::kernels::AXPY_TABLE`], [`crate::kernels::AXPY_TABLE_PDL`] and the layer kernels'
 //! [`crate::kernels::LAYER_TABLE`] / [`crate::kernels::LAYER_TABLE_PDL`] are shipped table

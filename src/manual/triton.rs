@@ -3,34 +3,34 @@
 //!
 //! # Loading
 //!
-//! [`crate::TritonFiles::read`]`(dir, kernel)` takes what Triton 3.3–3.6 write to their cache
+//! [`crate::triton::TritonFiles::read`]`(dir, kernel)` takes what Triton 3.3–3.6 write to their cache
 //! for a kernel: `<kernel>.json` (the metadata), `.cubin` and/or `.ptx`, and `.ttir`.
-//! [`crate::TritonKernel::load`]`(ctx, &files, form)` loads it in one of two forms
-//! ([`crate::TritonForm`]):
+//! [`crate::triton::TritonKernel::load`]`(ctx, &files, form)` loads it in one of two forms
+//! ([`crate::triton::TritonForm`]):
 //!
 //! * `TritonForm::Original`: Triton's cubin, or its PTX where the cubin does not load on this
-//!   GPU ([`crate::TritonKernel::from_cubin`] says which);
+//!   GPU ([`crate::triton::TritonKernel::from_cubin`] says which);
 //! * `TritonForm::Table(options)`: the PTX pass's table form (see [`super::table`]), whose
 //!   pointers are read from argument-table slots; with `pdl` in the options its launches are
 //!   programmatic.
 //!
 //! # Launching
 //!
-//! Launches ([`crate::TritonKernel::launch`], [`crate::TritonKernel::record`] into a capture)
+//! Launches ([`crate::triton::TritonKernel::launch`], [`crate::triton::TritonKernel::record`] into a capture)
 //! do what Triton's launcher does: `32 × num_warps` threads a block, `shared` bytes of dynamic
 //! shared memory (opted in above 48 KiB), `num_ctas` CTAs a program as a cluster (Triton 3.3's
 //! `cluster_dims` too), global and profile scratch buffers of the metadata's sizes made once per
 //! grid size, and the cooperative and PDL launch flags. Eager launches share scratch per
 //! stream and grid size; each recorded node needs its own, made before the capture by
-//! [`crate::TritonKernel::reserve_scratch`] (nothing to do for kernels without scratch). The
+//! [`crate::triton::TritonKernel::reserve_scratch`] (nothing to do for kernels without scratch). The
 //! first kernel after an eager [`crate::ArgTable::refresh`] is launched with
-//! [`crate::TritonKernel::launch_after_refresh`]; in captures `record` does that by itself
+//! [`crate::triton::TritonKernel::launch_after_refresh`]; in captures `record` does that by itself
 //! after `record_refresh`.
 //!
-//! Arguments ([`crate::TritonArg`]: buffers, views, table slots, scalars of the parameter's
+//! Arguments ([`crate::triton::TritonArg`]: buffers, views, table slots, scalars of the parameter's
 //! width, fp16 / bf16 as bits, `i1` as a byte) are checked against the PTX parameters and the
 //! specialization Triton compiled for, read from the TTIR (`tt.divisibility = 16`) or given by
-//! the caller ([`crate::TritonKernel::load_with`]). A pointer not 16-byte aligned, an integer
+//! the caller ([`crate::triton::TritonKernel::load_with`]). A pointer not 16-byte aligned, an integer
 //! not a multiple of 16, a pointer slot declaring less alignment, or a scalar slot not
 //! restricted to multiples of 16 ([`crate::ArgTable::scalar_slot_with`]) is an error, and
 //! nothing is launched.
@@ -42,7 +42,7 @@
 //!
 //! ```no_run
 //! use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer, Stream, TableOptions};
-//! use graph_rt::{TritonArg, TritonFiles, TritonForm, TritonKernel};
+//! use graph_rt::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! # let dir = std::path::Path::new("triton-fixtures/add"); // a folder of Triton's cache

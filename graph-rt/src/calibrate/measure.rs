@@ -27,7 +27,7 @@ const BANDWIDTH_BYTES: usize = 64 << 20;
 /// Per size, every mechanism's chain is built first; then the mechanisms take turns, one
 /// synchronized step each per round, the order rotating, warm-up rounds first; each keeps the
 /// median of its rounds. The static-copy points are stored less the time of copying the chain's
-/// `copy_bytes` ([`chain_shape`]) at the measured bandwidth, which [`choose`](crate::choose)
+/// `copy_bytes` ([`chain_shape`]) at the measured bandwidth, which [`choose`](crate::choose::choose)
 /// adds back for each graph's own bytes.
 ///
 /// The stream must not be capturing. A few seconds at most on an H200 with the default options.
@@ -145,7 +145,9 @@ fn copy_bandwidth(stream: &Stream) -> Result<f64> {
 /// cannot be written is reported there too, and the measured model returned all the same.
 ///
 /// ```no_run
-/// use graph_rt_core::{choose, chain_shape, cost_model, CalibrateOptions, Context, Stream};
+/// use graph_rt_core::{Context, Stream};
+/// use graph_rt_core::calibrate::{chain_shape, cost_model, CalibrateOptions};
+/// use graph_rt_core::choose::choose;
 ///
 /// # fn main() -> graph_rt_core::Result<()> {
 /// let ctx = Context::new(0)?;

@@ -2,7 +2,7 @@
 //!
 //! [`calibrate`] times every rebinding mechanism on one workload, the chain of `add1` kernels
 //! ([`chain_step`]), at a few chain lengths, in interleaved rounds, and fits the
-//! [`CostModel`](crate::CostModel) that [`choose`](crate::choose) asks; [`cost_model`] keeps
+//! [`CostModel`](crate::choose::CostModel) that [`choose`](crate::choose::choose) asks; [`cost_model`] keeps
 //! that model in a file per device so that a process calibrates once per machine. A caller's
 //! own workload for a mechanism joins the same rounds as an [`ExtraMechanism`].
 //!

@@ -71,7 +71,7 @@ pub unsafe trait KernelArg {
     /// (the allocation behind a device address). Plain values have nothing to keep.
     fn retain(&self, _keep: &mut dyn FnMut(Resource)) {}
     /// What the argument is for a kernel whose parameters come from an argument table: a plain
-    /// value, or the address of a table slot (what [`TableKernel`](crate::TableKernel) checks
+    /// value, or the address of a table slot (what [`TableKernel`](crate::table::TableKernel) checks
     /// against the kernel's table signature). Arguments that are not slots keep the default.
     fn slot(&self) -> ArgSlot {
         ArgSlot::Value
@@ -189,7 +189,7 @@ pub trait KernelArgs {
     fn retain(&self, keep: &mut Vec<Resource>);
     /// Calls `each` with every argument's parameter size and [`ArgSlot`], in order, and returns
     /// true; returns false where the list cannot say (then a
-    /// [`TableKernel`](crate::TableKernel) refuses it). Allocates nothing.
+    /// [`TableKernel`](crate::table::TableKernel) refuses it). Allocates nothing.
     fn describe(&self, _each: &mut dyn FnMut(usize, ArgSlot)) -> bool {
         false
     }

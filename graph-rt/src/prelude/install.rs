@@ -66,7 +66,7 @@ impl fmt::Display for PreludeReport {
 /// on the device by an in-graph prelude where it loads, else from the host.
 ///
 /// Made by [`Prelude::install`] on the first of two captures (see
-/// [`discover_graphs`](crate::discover_graphs)), which must record the table's refresh first
+/// [`discover_graphs`](crate::foreign::discover_graphs)), which must record the table's refresh first
 /// ([`ArgTable::record_refresh`]). Instantiate the graph after installing, bind the slots, and
 /// launch each replay with [`Prelude::launch`].
 ///

@@ -33,7 +33,7 @@ pub enum TableParam {
 }
 
 /// A kernel in table form and its signature: where the plain form takes buffers and values, it
-/// takes [`PtrSlot`](crate::PtrSlot)s and [`ScalarSlot`](crate::ScalarSlot)s. Every launch
+/// takes [`PtrSlot`](crate::table::PtrSlot)s and [`ScalarSlot`](crate::table::ScalarSlot)s. Every launch
 /// through it checks, before launching, that the arguments match the signature: a slot where the
 /// kernel reads a slot (of the right kind: pointer or scalar of the right size, a pointer slot
 /// whose declared alignment is at least the kernel's), a value of the right size elsewhere, and

@@ -81,6 +81,7 @@ impl Layout {
 ///
 /// ```no_run
 /// # use graph_rt_core::*;
+/// # use graph_rt_core::table::*;
 /// # fn sets(table: &mut ArgTable, slots: &[PtrSlot<f32>], a: &[DeviceBuffer<f32>], b: &[DeviceBuffer<f32>], exec: &GraphExec, stream: &Stream) -> Result<()> {
 /// let mut prepare = |bufs: &[DeviceBuffer<f32>]| -> Result<BindingSet> {
 ///     let mut set = table.binding_set();

@@ -93,7 +93,7 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 /// A device-resident argument table: kernels in table form read their pointers and scalars from
 /// its slots, so a graph captured once is rebound to new buffers and values by host writes.
 ///
-/// Kernels in table form ([`TableKernel`](crate::TableKernel), made by the PTX pass) take slot
+/// Kernels in table form ([`TableKernel`](crate::table::TableKernel), made by the PTX pass) take slot
 /// addresses ([`PtrSlot`], [`ScalarSlot`]) where the plain form takes buffers and values. A
 /// graph that reads the table begins with [`ArgTable::record_refresh`] and is launched with
 /// [`ArgTable::launch`]; eager launches follow [`ArgTable::refresh`].
@@ -130,6 +130,7 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 ///
 /// ```no_run
 /// # use graph_rt_core::*;
+/// # use graph_rt_core::table::*;
 /// # fn main() -> Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;

@@ -5,11 +5,13 @@
 use std::path::PathBuf;
 
 use super::{assert_close, capturing_ctx, random_f32, sized};
-use crate::calibrate::{flag, Chain};
-use crate::{
-    calibrate, chain_shape, chain_step, choose, cost_model, CalibrateOptions, CostModel,
-    ExtraMechanism, Mechanism, ModelSource, Recalibration, Stream,
+use crate::calibrate::{
+    calibrate, chain_shape, chain_step, cost_model, CalibrateOptions, ExtraMechanism, ModelSource,
+    Recalibration,
 };
+use crate::calibrate::{flag, Chain};
+use crate::choose::{choose, CostModel, Mechanism};
+use crate::Stream;
 
 /// The mechanisms built in on this device.
 fn built_in(stream: &Stream) -> Vec<Mechanism> {
@@ -20,7 +22,7 @@ fn built_in(stream: &Stream) -> Vec<Mechanism> {
         Mechanism::ExecUpdate,
         Mechanism::StaticCopy,
     ];
-    if crate::Prelude::device_support(stream.context()).is_ok() {
+    if crate::foreign::Prelude::device_support(stream.context()).is_ok() {
         m.insert(1, Mechanism::Prelude);
     }
     if pdl {

@@ -8,10 +8,8 @@ use std::time::{Duration, Instant};
 use super::chain::{add1, N};
 use super::{assert_close, capturing_ctx, ctx, random_f32, sized};
 use crate::cublas::DESTROYED;
-use crate::{
-    CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Function, LaunchConfig, NodeKind, Result,
-    Stream,
-};
+use crate::cublas::{Cublas, Op as CublasOp};
+use crate::{CaptureMode, Context, DeviceBuffer, Function, LaunchConfig, NodeKind, Result, Stream};
 
 /// The GEMMs checked: `D × D × D`, so that an operand holds `N` floats (one `add1` launch).
 const D: usize = 64;

@@ -3,10 +3,11 @@
 
 use super::chain::{add1, N};
 use super::{assert_close, capturing_ctx, random_f32};
-use crate::{
-    discover_graphs, ArgTable, CaptureMode, DeviceBuffer, Dynamic, HostPatcher, LaunchConfig,
-    Prelude, PreludeMode, PreludeOptions, PtrSlot, SlotRef, Stream, TableOptions, Unexplained,
+use crate::foreign::{
+    discover_graphs, Dynamic, HostPatcher, Prelude, PreludeMode, PreludeOptions, Unexplained,
 };
+use crate::table::{PtrSlot, SlotRef};
+use crate::{ArgTable, CaptureMode, DeviceBuffer, LaunchConfig, Stream, TableOptions};
 
 fn dynamic(b: &DeviceBuffer<f32>) -> Dynamic {
     Dynamic {
@@ -205,7 +206,7 @@ fn cublas_gemms_rebound_from_the_host_every_replay() {
 }
 
 fn cublas_gemms_rebound(options: PreludeOptions) {
-    use crate::{Cublas, CublasOp};
+    use crate::cublas::{Cublas, Op as CublasOp};
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let blas = Cublas::new(&stream).unwrap();

@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 use super::chain::N;
 use super::{capturing_ctx, ctx, function};
 use crate::cublas::DESTROYED;
+use crate::cublas::{Cublas, Op as CublasOp};
 use crate::driver::{Allocation, ContextInner};
+use crate::foreign::Prelude;
 use crate::{
-    ArgTable, CaptureMode, Context, Cublas, CublasOp, DeviceBuffer, Function, GraphExec,
-    LaunchConfig, Prelude, Stream, TableOptions,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Function, GraphExec, LaunchConfig, Stream,
+    TableOptions,
 };
 
 /// Under compute-sanitizer (run.sh sets GRAPH_RT_SANITIZER) launches are instrumented, nearly

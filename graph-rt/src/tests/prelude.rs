@@ -4,9 +4,11 @@
 
 use super::chain::{add1, N};
 use super::{assert_close, capturing_ctx, random_f32};
+use crate::foreign::{discover_graphs, Dynamic, Prelude, PreludeMode, PreludeOptions};
+use crate::table::PtrSlot;
 use crate::{
-    discover_graphs, ArgTable, CaptureMode, DeviceBuffer, Dynamic, Graph, LaunchConfig, Prelude,
-    PreludeMode, PreludeOptions, PtrSlot, Stream, TableOptions, UpdateFailureKind,
+    ArgTable, CaptureMode, DeviceBuffer, Graph, LaunchConfig, Stream, TableOptions,
+    UpdateFailureKind,
 };
 
 const KERNELS: usize = 8;
@@ -156,7 +158,7 @@ fn device_updatable_rules_are_typed_errors() {
     // A host-side update of a patched node: the next launch uploads first, and the prelude
     // still rewrites the node's pointers from the table.
     // An add1 node (three parameters; the refresh has six).
-    let node = crate::kernel_snapshots(&c.graph)
+    let node = crate::foreign::kernel_snapshots(&c.graph)
         .unwrap()
         .into_iter()
         .find(|k| k.params.layout.len() == 3)

@@ -3,9 +3,10 @@
 
 use super::chain::{buffers, N};
 use super::{assert_close, capturing_ctx, function, random_f32, sized};
+use crate::table::PtrSlot;
 use crate::{
     ArgTable, CaptureMode, DeviceBuffer, Error, GraphExec, LaunchConfig, Misuse, PinnedHostBuffer,
-    PtrSlot, Stream, TableOptions,
+    Stream, TableOptions,
 };
 
 /// Captures a chain of `steps` table-form `add1` kernels (PDL form when `pdl`) reading and

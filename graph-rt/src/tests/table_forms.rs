@@ -7,9 +7,10 @@ use graph_rt_ptx::{indirect, Options};
 
 use super::chain::N;
 use super::{capturing_ctx, function, random_f32};
+use crate::table::{PtrSlot, ScalarSlot, TableKernel, TableParam};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, PtrSlot, ScalarKind,
-    ScalarSlot, Stream, TableKernel, TableOptions, TableParam,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, ScalarKind, Stream,
+    TableOptions,
 };
 
 const AXPY_SCALARS: [&str; 2] = ["axpy_f32:0", "axpy_f32:3"];

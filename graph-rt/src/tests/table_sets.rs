@@ -4,9 +4,9 @@
 use rand::{Rng, SeedableRng};
 
 use super::{capturing_ctx, function, sized};
+use crate::table::{BindingSet, PtrSlot};
 use crate::{
-    ArgTable, BindingSet, CaptureMode, DeviceBuffer, Error, LaunchConfig, Misuse, PtrSlot, Stream,
-    TableOptions,
+    ArgTable, CaptureMode, DeviceBuffer, Error, LaunchConfig, Misuse, Stream, TableOptions,
 };
 
 /// A table of `2 × nodes` slots read by `nodes` independent `add1` kernels (slot 2k the input of

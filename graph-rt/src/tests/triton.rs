@@ -7,9 +7,10 @@
 use serde_json::Value;
 
 use super::capturing_ctx;
+use crate::table::PtrSlot;
+use crate::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Error, Event, EventFlags, PtrSlot, Stream,
-    TableOptions, TritonArg, TritonFiles, TritonForm, TritonKernel,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Error, Event, EventFlags, Stream, TableOptions,
 };
 
 macro_rules! triton_fixtures_dir {
