@@ -10,7 +10,8 @@ use super::capturing_ctx;
 use crate::table::PtrSlot;
 use crate::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Error, Event, EventFlags, Stream, TableOptions,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Error, Event, EventFlags, Misuse, Stream,
+    TableOptions,
 };
 
 macro_rules! triton_fixtures_dir {
@@ -294,7 +295,14 @@ fn triton_specialization_breaks_are_typed_errors() {
             &[s(0), s(1), s(2), TritonArg::i32(4096)]
         )));
     }
-    assert!(invalid(table.set_scalar(&n16, 4100)));
+    assert_eq!(
+        table
+            .set_scalar(&n16, 4100)
+            .unwrap_err()
+            .misuse_kind()
+            .cloned(),
+        Some(Misuse::NotMultiple { multiple: 16 })
+    );
     table.set_scalar(&n16, 4096).unwrap();
     stream.synchronize().unwrap();
 }
