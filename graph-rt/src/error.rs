@@ -152,6 +152,20 @@ pub enum Misuse {
         /// The alignment given.
         align: usize,
     },
+    /// A graph a failed capture into left undefined (CUDA): only dropping it is allowed.
+    GraphBroken,
+    /// Snapshots, nodes or words of another graph than the one they are used with.
+    OtherGraph,
+    /// An exec updated from another graph since its instantiation, where what is used was made
+    /// for the graph it was instantiated from.
+    ExecUpdated,
+    /// A graph that does not run the table's refresh (exactly once) where it must.
+    NoRefresh,
+    /// A table's refresh that is not the graph's first node where it must be.
+    RefreshNotFirst,
+    /// A stream-ordered buffer of another stream that nothing can order before the work now
+    /// (that stream is capturing).
+    UnorderedBuffer,
     /// A range that is not within the buffer or view.
     OutOfRange {
         /// The buffer's or view's elements.

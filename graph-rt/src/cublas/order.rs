@@ -24,7 +24,7 @@
 use std::sync::Arc;
 
 use crate::driver::{Allocation, Event, EventFlags, Parked, Stream, StreamInner};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::resource::Resource;
 
 /// The operands' names, in the order the GEMMs hand their buffers over.
@@ -64,8 +64,9 @@ pub(super) fn before(
             continue;
         }
         if on.capture_status()? != none {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::UnorderedBuffer,
                 format!(
                     "{name} was allocated in stream order on another stream than the handle's, which is capturing now: \
                      nothing could order its allocation before the GEMM; allocate it on the handle's stream, or with DeviceBuffer::alloc"

@@ -18,7 +18,7 @@ pub(crate) use super::node::{copy_params, kernel_params, memset_params};
 pub use super::node::{Edge, Node, NodeKind};
 use crate::driver::Function;
 use crate::driver::{cu, Context};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::LaunchConfig;
 use crate::resource::Resource;
 
@@ -106,8 +106,9 @@ impl GraphHandle {
         call: &'static str,
     ) -> Result<parking_lot::ReentrantMutexGuard<'_, ()>> {
         if self.broken.load(Ordering::Acquire) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::GraphBroken,
                 "the graph is unusable: a capture into it failed, which leaves it undefined (CUDA); drop it",
             ));
         }

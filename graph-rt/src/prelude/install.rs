@@ -6,7 +6,7 @@ use cuda_sys::CUdeviceptr;
 
 use crate::discover::{Discovery, Dynamic, HostPatcher, KernelSnapshot};
 use crate::driver::{Context, DeviceBuffer, Function, Module};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::{Graph, GraphExec, Node};
 use crate::launch::LaunchConfig;
 use crate::table::{ArgTable, SlotRef};
@@ -217,8 +217,9 @@ impl Prelude {
             return Err(Error::invalid(CALL, "not the table the prelude reads"));
         }
         if exec.updates() > 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::ExecUpdated,
                 "the exec was updated from another graph since it was instantiated: the prelude's words are of the graph it was installed in",
             ));
         }
@@ -304,8 +305,9 @@ fn refresh_node(
 ) -> Result<Node> {
     const CALL: &str = "Prelude::install";
     if let Some(s) = first.iter().find(|s| s.node.graph != graph.handle.id) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::OtherGraph,
             format!(
                 "the snapshots are not of this graph (node {:?} is another graph's): read them with kernel_snapshots from the graph the prelude goes into",
                 s.node.as_raw()
@@ -321,20 +323,23 @@ fn refresh_node(
     let f = table.refresh_function().as_raw();
     let mut found = first.iter().filter(|s| s.func == f);
     let (Some(r), None) = (found.next(), found.next()) else {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::NoRefresh,
             "the graph must run the table's refresh exactly once (record_refresh first in the capture)",
         ));
     };
     if graph.launch_key != Some(table.key()) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::NoRefresh,
             "the graph does not refresh this table",
         ));
     }
     if edges.iter().any(|e| e.to == r.node) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::RefreshNotFirst,
             "the table's refresh must be the graph's first node (record_refresh first in the capture)",
         ));
     }

@@ -7,7 +7,7 @@ use super::{assert_close, capturing_ctx, random_f32};
 use crate::foreign::{discover_graphs, Dynamic, Prelude, PreludeMode, PreludeOptions};
 use crate::table::PtrSlot;
 use crate::{
-    ArgTable, CaptureMode, DeviceBuffer, Graph, LaunchConfig, Stream, TableOptions,
+    ArgTable, CaptureMode, DeviceBuffer, Graph, LaunchConfig, Misuse, Stream, TableOptions,
     UpdateFailureKind,
 };
 
@@ -131,7 +131,7 @@ fn prelude_on_the_host_when_asked_gives_the_same_results() {
         .prelude
         .launch(&mut c.table, &mut exec, &stream)
         .unwrap_err();
-    assert!(err.to_string().contains("updated"), "{err}");
+    assert_eq!(err.misuse_kind(), Some(&Misuse::ExecUpdated), "{err}");
 }
 
 #[test]
@@ -225,9 +225,9 @@ fn prelude_install_refuses_bad_slots_and_graphs() {
     let (other_snaps, _) = discover_graphs(&g2, &g, &dyns(1), &dyns(0)).unwrap();
     let err =
         Prelude::install(&mut g, &table, &other_snaps, &d, &dyns(0), &good, opts).unwrap_err();
-    assert!(err.to_string().contains("not of this graph"), "{err}");
+    assert_eq!(err.misuse_kind(), Some(&Misuse::OtherGraph), "{err}");
     let err = Prelude::install(&mut g, &table, &snaps, &d, &dyns(0), &good, opts).unwrap_err();
-    assert!(err.to_string().contains("refresh"), "{err}");
+    assert_eq!(err.misuse_kind(), Some(&Misuse::NoRefresh), "{err}");
     // A slot that accepts buffers shorter than the captured ones.
     let bad = [short.erased(), ok.erased()];
     assert!(Prelude::install(&mut g, &table, &snaps, &d, &dyns(0), &bad, opts).is_err());
