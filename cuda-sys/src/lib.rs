@@ -32,9 +32,9 @@
 //! ```no_run
 //! let mut version = 0;
 //! // SAFETY: the pointer is valid for one write.
-//! let result = unsafe { cuda_sys::cuDriverGetVersion(&mut version) }?;
-//! assert_eq!(result, cuda_sys::CUresult::CUDA_SUCCESS);
-//! # Ok::<(), cuda_sys::LoadError>(())
+//! let result = unsafe { graph_rt_sys::cuDriverGetVersion(&mut version) }?;
+//! assert_eq!(result, graph_rt_sys::CUresult::CUDA_SUCCESS);
+//! # Ok::<(), graph_rt_sys::LoadError>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -1,6 +1,6 @@
 //! The one error type of graph-rt, and the helper that turns a driver result into it.
 
-use cuda_sys::{CUresult, LoadError};
+use graph_rt_sys::{CUresult, LoadError};
 
 /// Everything that can go wrong in graph-rt.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -296,7 +296,7 @@ fn is_capture_code(code: CUresult) -> bool {
 }
 
 fn describe(code: CUresult) -> (String, String) {
-    let (name, text) = cuda_sys::describe_result(code);
+    let (name, text) = graph_rt_sys::describe_result(code);
     (
         name.unwrap_or_else(|| format!("CUresult {}", code.0)),
         text.unwrap_or_else(|| "unknown error code".to_owned()),

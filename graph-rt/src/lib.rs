@@ -89,10 +89,10 @@ pub use launch::{
 pub use resource::Resource;
 pub use table::{ArgTable, TableOptions};
 
-/// The raw driver bindings this crate is built on.
-pub use cuda_sys as sys;
 /// The PTX pass (crate `graph-rt-ptx`): table forms of any kernel's PTX.
 pub use graph_rt_ptx as ptx;
+/// The raw driver bindings this crate is built on.
+pub use graph_rt_sys as sys;
 
 #[cfg(test)]
 mod tests;

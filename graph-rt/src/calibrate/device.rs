@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use cuda_sys::CUdevice_attribute as Attr;
+use graph_rt_sys::CUdevice_attribute as Attr;
 
 use crate::driver::Device;
 use crate::error::Result;

@@ -57,8 +57,8 @@ pub(super) fn before(
     eager: Option<&Event>,
     kept: &mut Vec<Resource>,
 ) -> Result<Vec<Arc<Allocation>>> {
-    let none = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    let mut waited: Vec<cuda_sys::CUstream> = Vec::new();
+    let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let mut waited: Vec<graph_rt_sys::CUstream> = Vec::new();
     for (name, _, on) in foreign {
         if waited.contains(&on.raw()) {
             continue;

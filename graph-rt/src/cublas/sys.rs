@@ -7,7 +7,7 @@
 use std::ffi::{c_int, c_longlong, c_void, OsStr, OsString};
 use std::sync::OnceLock;
 
-use cuda_sys::{with_sources, CUstream};
+use graph_rt_sys::{with_sources, CUstream};
 use libloading::Library;
 
 use crate::error::{Error, Result};

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use cuda_sys::{CUdeviceptr, CUDA_KERNEL_NODE_PARAMS};
+use graph_rt_sys::{CUdeviceptr, CUDA_KERNEL_NODE_PARAMS};
 
 use super::scan::{Discovery, Patch};
 use super::snapshot::KernelSnapshot;
@@ -158,11 +158,11 @@ unsafe fn set_params(exec: &mut GraphExec, snap: &KernelSnapshot, bytes: &mut [u
     let mut extra: [*mut c_void; 5];
     if snap.via_extra {
         extra = [
-            cuda_sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
+            graph_rt_sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
             base.cast(),
-            cuda_sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
+            graph_rt_sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
             (&mut size as *mut usize).cast(),
-            cuda_sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
+            graph_rt_sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
         ];
         p.extra = extra.as_mut_ptr();
     } else {

@@ -4,7 +4,7 @@
 
 use std::ffi::c_void;
 
-use cuda_sys::{CUfunction, CUgraphNode, CUgraphNodeType};
+use graph_rt_sys::{CUfunction, CUgraphNode, CUgraphNodeType};
 
 use super::scan::NodeParams;
 use crate::driver::param_layout_of;
@@ -97,9 +97,9 @@ pub fn kernel_snapshots(graph: &Graph) -> Result<Vec<KernelSnapshot>> {
 /// `extra` must be a list of key/value pointers ended by `CU_LAUNCH_PARAM_END`, as the driver
 /// returns it for a kernel node.
 unsafe fn extra_buffer(extra: *mut *mut c_void) -> Result<Vec<u8>> {
-    const END: usize = cuda_sys::CU_LAUNCH_PARAM_END_AS_INT as usize;
-    const POINTER: usize = cuda_sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize;
-    const SIZE: usize = cuda_sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize;
+    const END: usize = graph_rt_sys::CU_LAUNCH_PARAM_END_AS_INT as usize;
+    const POINTER: usize = graph_rt_sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize;
+    const SIZE: usize = graph_rt_sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize;
     let (mut buf, mut size) = (std::ptr::null::<u8>(), None);
     let mut i = 0;
     loop {

@@ -5,24 +5,24 @@
 //! Driver calls live only in `driver/`, `launch/` and `graph/` (CI checks it); everything else
 //! goes through their safe wrappers.
 
-/// `cu!(cuFoo(args..))`: calls `cuda_sys::cuFoo(args..)` (inside the caller's `unsafe` block,
+/// `cu!(cuFoo(args..))`: calls `graph_rt_sys::cuFoo(args..)` (inside the caller's `unsafe` block,
 /// whose SAFETY note covers the call) and checks the result with
 /// [`check`](crate::error::check), named `"cuFoo"`.
 macro_rules! cu {
     ($f:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::error::check(stringify!($f), ::cuda_sys::$f($($arg),*))
+        $crate::error::check(stringify!($f), ::graph_rt_sys::$f($($arg),*))
     };
 }
 
 pub(crate) use cu;
 
-/// `cu_code!(cuFoo(args..))`: calls `cuda_sys::cuFoo(args..)` (inside the caller's `unsafe`
+/// `cu_code!(cuFoo(args..))`: calls `graph_rt_sys::cuFoo(args..)` (inside the caller's `unsafe`
 /// block) and gives what it returned as a [`Returned`], for callers that handle some result
 /// codes themselves (`CUDA_ERROR_NOT_READY` of a query, say); a driver that cannot be loaded is
 /// an [`Error::Load`](crate::Error::Load).
 macro_rules! cu_code {
     ($f:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::driver::Returned::of(stringify!($f), ::cuda_sys::$f($($arg),*))
+        $crate::driver::Returned::of(stringify!($f), ::graph_rt_sys::$f($($arg),*))
     };
 }
 
@@ -32,14 +32,14 @@ pub(crate) use cu_code;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Returned {
     pub(crate) call: &'static str,
-    pub(crate) code: cuda_sys::CUresult,
+    pub(crate) code: graph_rt_sys::CUresult,
 }
 
 impl Returned {
     #[inline]
     pub(crate) fn of(
         call: &'static str,
-        result: std::result::Result<cuda_sys::CUresult, cuda_sys::LoadError>,
+        result: std::result::Result<graph_rt_sys::CUresult, graph_rt_sys::LoadError>,
     ) -> crate::error::Result<Self> {
         result
             .map(|code| Self { call, code })
@@ -54,7 +54,7 @@ impl Returned {
     /// `Ok` on `CUDA_SUCCESS`, else the call's error.
     #[inline]
     pub(crate) fn check(self) -> crate::error::Result<()> {
-        if self.code == cuda_sys::CUresult::CUDA_SUCCESS {
+        if self.code == graph_rt_sys::CUresult::CUDA_SUCCESS {
             Ok(())
         } else {
             Err(self.error())
@@ -64,6 +64,6 @@ impl Returned {
     /// Whether the call returned `CUDA_SUCCESS`.
     #[inline]
     pub(crate) fn ok(self) -> bool {
-        self.code == cuda_sys::CUresult::CUDA_SUCCESS
+        self.code == graph_rt_sys::CUresult::CUDA_SUCCESS
     }
 }

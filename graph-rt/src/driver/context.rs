@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cuda_sys::{CUcontext, CUmodule, CUresult};
+use graph_rt_sys::{CUcontext, CUmodule, CUresult};
 use parking_lot::Mutex;
 
 use super::call::cu;
@@ -267,10 +267,10 @@ impl ContextInner {
     fn trim_pool(&self) {
         let mut pool = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device.
-        let got = unsafe { cuda_sys::cuDeviceGetMemPool(&mut pool, self.device.as_raw()) };
+        let got = unsafe { graph_rt_sys::cuDeviceGetMemPool(&mut pool, self.device.as_raw()) };
         if matches!(got, Ok(CUresult::CUDA_SUCCESS)) && !pool.is_null() {
             // SAFETY: the device's pool; trimming keeps what backs live allocations.
-            let _ = unsafe { cuda_sys::cuMemPoolTrimTo(pool, 0) };
+            let _ = unsafe { graph_rt_sys::cuMemPoolTrimTo(pool, 0) };
         }
     }
 

@@ -3,7 +3,7 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
 
-use cuda_sys::{CUdevice, CUdevice_attribute as Attr};
+use graph_rt_sys::{CUdevice, CUdevice_attribute as Attr};
 
 use super::call::cu;
 use crate::error::Result;
@@ -17,7 +17,7 @@ pub fn init() -> Result<()> {
 
 /// The installed driver's CUDA version (`cuDriverGetVersion`), e.g. `13000` for CUDA 13.0.
 pub fn driver_version() -> Result<i32> {
-    Ok(cuda_sys::driver()?.version())
+    Ok(graph_rt_sys::driver()?.version())
 }
 
 /// A CUDA device, by ordinal.
@@ -79,7 +79,7 @@ impl Device {
     /// The device's UUID (`cuDeviceGetUuid_v2`, which gives MIG instances their own; else
     /// `cuDeviceGetUuid`). A driver with neither is an [`Error::Load`](crate::Error::Load).
     pub fn uuid(&self) -> Result<[u8; 16]> {
-        let mut raw = cuda_sys::CUuuid { bytes: [0; 16] };
+        let mut raw = graph_rt_sys::CUuuid { bytes: [0; 16] };
         // SAFETY: a valid device handle and an out-pointer to a 16-byte CUuuid.
         match unsafe { cu!(cuDeviceGetUuid_v2(&mut raw, self.raw)) } {
             // SAFETY: as above.
@@ -135,7 +135,7 @@ pub struct Feature {
 /// Which graph features the installed driver supports. With a device, device attributes decide
 /// as well (memory pools).
 pub fn graph_features(device: Option<&Device>) -> Result<Vec<Feature>> {
-    let driver = cuda_sys::driver()?;
+    let driver = graph_rt_sys::driver()?;
     // (what, the function it needs, that function's ABI version, the CUDA version of the feature)
     let table: [(&str, &'static CStr, i32, i32); 9] = [
         (

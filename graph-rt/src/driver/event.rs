@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cuda_sys::{CUevent, CUevent_flags};
+use graph_rt_sys::{CUevent, CUevent_flags};
 
 use super::call::{cu, cu_code};
 use super::Context;
@@ -117,7 +117,7 @@ impl Event {
     /// (`cuEventRecordWithFlags` with `CU_EVENT_RECORD_EXTERNAL`).
     pub(crate) fn record_external(&self, stream: &Stream) -> Result<()> {
         self.ctx.bind()?;
-        let flags = cuda_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL.0;
+        let flags = graph_rt_sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL.0;
         // SAFETY: valid event and stream.
         unsafe { cu!(cuEventRecordWithFlags(self.raw, stream.as_raw(), flags)) }
     }
@@ -135,8 +135,8 @@ impl Event {
         // SAFETY: valid event.
         let r = unsafe { cu_code!(cuEventQuery(self.raw)) }?;
         match r.code {
-            cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
-            cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            graph_rt_sys::CUresult::CUDA_SUCCESS => Ok(true),
+            graph_rt_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             _ => Err(r.error()),
         }
     }

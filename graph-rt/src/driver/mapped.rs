@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use super::call::cu;
 use super::memory::byte_len;
@@ -49,7 +49,8 @@ impl<T: Pod> MappedHostBuffer<T> {
         let bytes = byte_len::<T>(CALL, len)?;
         ctx.bind()?;
         let mut ptr = std::ptr::null_mut();
-        let flags = cuda_sys::CU_MEMHOSTALLOC_DEVICEMAP | cuda_sys::CU_MEMHOSTALLOC_PORTABLE;
+        let flags =
+            graph_rt_sys::CU_MEMHOSTALLOC_DEVICEMAP | graph_rt_sys::CU_MEMHOSTALLOC_PORTABLE;
         ctx.inner.alloc_retrying(|| {
             // SAFETY: valid out-pointer; the context is current.
             unsafe { cu!(cuMemHostAlloc(&mut ptr, bytes, flags)) }
@@ -61,7 +62,7 @@ impl<T: Pod> MappedHostBuffer<T> {
         let r = unsafe { cu!(cuMemHostGetDevicePointer(&mut device, ptr, 0)) };
         if let Err(e) = r {
             // SAFETY: allocated above, never shared.
-            let _ = unsafe { cuda_sys::cuMemFreeHost(ptr) };
+            let _ = unsafe { graph_rt_sys::cuMemFreeHost(ptr) };
             return Err(e);
         }
         Ok(Self {

@@ -5,7 +5,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use super::call::cu;
 use super::view::view;

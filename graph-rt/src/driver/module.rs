@@ -3,7 +3,7 @@
 use std::ffi::{c_uint, c_void, CString};
 use std::sync::{Arc, OnceLock};
 
-use cuda_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUmodule};
+use graph_rt_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUmodule};
 
 use super::call::{cu, cu_code};
 use super::Context;
@@ -304,9 +304,9 @@ pub(crate) unsafe fn param_layout_of(raw: CUfunction) -> Result<Vec<ParamInfo>> 
         // SAFETY: valid out-pointers; `raw` valid (the caller's promise).
         let r = unsafe { cu_code!(cuFuncGetParamInfo(raw, index, &mut offset, &mut size)) }?;
         match r.code {
-            cuda_sys::CUresult::CUDA_SUCCESS => out.push(ParamInfo { offset, size }),
+            graph_rt_sys::CUresult::CUDA_SUCCESS => out.push(ParamInfo { offset, size }),
             // Past the last parameter.
-            cuda_sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
+            graph_rt_sys::CUresult::CUDA_ERROR_INVALID_VALUE => break,
             _ => return Err(r.error()),
         }
     }

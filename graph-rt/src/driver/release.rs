@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use cuda_sys::CUcontext;
+use graph_rt_sys::CUcontext;
 use parking_lot::{Condvar, Mutex};
 
 use self::fence::{fence_after, Fence};
@@ -364,7 +364,7 @@ impl Shared {
         if self.ctx != 0 {
             // SAFETY: the context is alive while batches that hold it are parked, and the
             // callers only release with batches parked.
-            let _ = unsafe { cuda_sys::cuCtxSetCurrent(self.ctx as CUcontext) };
+            let _ = unsafe { graph_rt_sys::cuCtxSetCurrent(self.ctx as CUcontext) };
         }
     }
 

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use cuda_sys::{CUstream, CUstream_flags};
+use graph_rt_sys::{CUstream, CUstream_flags};
 
 use super::call::{cu, cu_code};
 use super::Event;
@@ -176,7 +176,7 @@ impl Stream {
     /// waits at every replay for the event's latest record, instead of an edge of the capture.
     pub(crate) fn wait_external(&self, event: &Event) -> Result<()> {
         self.context().bind()?;
-        let external = cuda_sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
+        let external = graph_rt_sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
         // SAFETY: valid stream and event.
         unsafe { cu!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), external)) }
     }
@@ -184,10 +184,10 @@ impl Stream {
     /// Whether the stream is capturing (`cuStreamIsCapturing`).
     pub fn capture_status(&self) -> Result<CaptureStatus> {
         Ok(match self.inner().capture_status()? {
-            cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => {
+            graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => {
                 CaptureStatus::Active
             }
-            cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
+            graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_INVALIDATED => {
                 CaptureStatus::Invalidated
             }
             _ => CaptureStatus::None,
@@ -209,8 +209,8 @@ impl StreamInner {
 
     /// The stream's capture status (`cuStreamIsCapturing`): while not `NONE`, work queued on
     /// it is recorded into a graph, not run.
-    pub(crate) fn capture_status(&self) -> Result<cuda_sys::CUstreamCaptureStatus> {
-        let mut s = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    pub(crate) fn capture_status(&self) -> Result<graph_rt_sys::CUstreamCaptureStatus> {
+        let mut s = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         // SAFETY: valid stream (we hold it) and out-pointer.
         unsafe { cu!(cuStreamIsCapturing(self.raw, &mut s)) }?;
         Ok(s)
@@ -222,8 +222,8 @@ impl StreamInner {
         // SAFETY: valid stream (we hold it) of the current context.
         let r = unsafe { cu_code!(cuStreamQuery(self.raw)) }?;
         match r.code {
-            cuda_sys::CUresult::CUDA_SUCCESS => Ok(true),
-            cuda_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            graph_rt_sys::CUresult::CUDA_SUCCESS => Ok(true),
+            graph_rt_sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             _ => Err(r.error()),
         }
     }

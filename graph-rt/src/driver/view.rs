@@ -5,7 +5,7 @@ use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use super::memory::{bounds, read_on, same_len, write_on, Allocation};
 use super::Stream;

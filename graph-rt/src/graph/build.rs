@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::{CUevent, CUgraph, CUgraphNode};
+use graph_rt_sys::{CUevent, CUgraph, CUgraphNode};
 
 use super::graph::{raw_nodes, DriverResult, Graph, GraphAllocation};
 use super::node::{copy_params, kernel_params, memset_params, EdgeKind, Node};
@@ -207,7 +207,7 @@ impl Graph {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
         }
         let callback = Arc::new(callback);
-        let p = cuda_sys::CUDA_HOST_NODE_PARAMS {
+        let p = graph_rt_sys::CUDA_HOST_NODE_PARAMS {
             fn_: Some(trampoline::<F>),
             userData: Arc::as_ptr(&callback) as *mut c_void,
         };
@@ -225,9 +225,9 @@ impl Graph {
         deps: &[Node],
         bytes: usize,
     ) -> Result<(Node, GraphAllocation)> {
-        let mut p = cuda_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
-        p.poolProps.allocType = cuda_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
-        p.poolProps.location.type_ = cuda_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        let mut p = graph_rt_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
+        p.poolProps.allocType = graph_rt_sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.poolProps.location.type_ = graph_rt_sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         p.poolProps.location.id = self.ctx.device().as_raw();
         p.bytesize = bytes;
         // SAFETY: valid parameters; the driver writes p.dptr.
@@ -277,7 +277,7 @@ impl Graph {
         }
         let id = self.handle.id;
         let (f, t) = (raw_nodes(from, id, CALL)?, raw_nodes(to, id, CALL)?);
-        let data = vec![cuda_sys::CUgraphEdgeData::from(kind); f.len()];
+        let data = vec![graph_rt_sys::CUgraphEdgeData::from(kind); f.len()];
         // SAFETY: three equal-length arrays; nodes of this graph.
         unsafe {
             cu!(cuGraphAddDependencies_v2(

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
-use cuda_sys::{CUgraph, CUgraphNode, CUstreamCaptureMode};
+use graph_rt_sys::{CUgraph, CUgraphNode, CUstreamCaptureMode};
 use parking_lot::RwLockReadGuard;
 
 use super::graph::{node_count, raw_nodes, Graph, Node};
@@ -158,11 +158,11 @@ impl<'s> CaptureScope<'s> {
     /// The node the last operation on `stream` made: the stream's only capture dependency now
     /// (`cuStreamGetCaptureInfo`).
     fn observe(&self, stream: &Stream) -> CapturedNode {
-        let mut status = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut status = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let (mut deps, mut n) = (std::ptr::null(), 0usize);
         // SAFETY: valid stream and out-pointers; the optional ones are null.
         let r = unsafe {
-            cuda_sys::cuStreamGetCaptureInfo(
+            graph_rt_sys::cuStreamGetCaptureInfo(
                 stream.as_raw(),
                 &mut status,
                 std::ptr::null_mut(),
@@ -171,7 +171,7 @@ impl<'s> CaptureScope<'s> {
                 &mut n,
             )
         };
-        let ok = r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) && n == 1 && !deps.is_null();
+        let ok = r == Ok(graph_rt_sys::CUresult::CUDA_SUCCESS) && n == 1 && !deps.is_null();
         // SAFETY: the driver returned one dependency, valid until the next capture call.
         let node = ok.then(|| unsafe { *deps });
         let mut seen = self.seen.borrow_mut();
@@ -348,7 +348,7 @@ impl Drop for ActiveCapture<'_, '_> {
 fn destroy(graph: CUgraph) {
     if !graph.is_null() {
         // SAFETY: the capture made this graph and nothing else refers to it.
-        let _ = unsafe { cuda_sys::cuGraphDestroy(graph) };
+        let _ = unsafe { graph_rt_sys::cuGraphDestroy(graph) };
     }
 }
 

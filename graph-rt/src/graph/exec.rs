@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use cuda_sys::{CUgraphExec, CUgraphInstantiate_flags as F, CUgraphNode};
+use graph_rt_sys::{CUgraphExec, CUgraphInstantiate_flags as F, CUgraphNode};
 
 use super::graph::{
     copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
@@ -169,7 +169,7 @@ pub(super) fn instantiate_raw(
         unsafe { cu!(cuGraphInstantiate(&mut raw, graph.raw, flags)) }?;
         return Ok(raw);
     };
-    let mut p = cuda_sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
+    let mut p = graph_rt_sys::CUDA_GRAPH_INSTANTIATE_PARAMS {
         flags: flags | F::CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD.0 as u64,
         hUploadStream: stream.as_raw(),
         ..Default::default()
@@ -333,7 +333,7 @@ impl GraphExec {
                 )
             }
         };
-        let mut p = cuda_sys::CUDA_KERNEL_NODE_PARAMS::default();
+        let mut p = graph_rt_sys::CUDA_KERNEL_NODE_PARAMS::default();
         let guard = graph.lock("cuGraphKernelNodeGetParams")?;
         // SAFETY: a node of a graph we keep alive; the driver fills `p`.
         unsafe { cu!(cuGraphKernelNodeGetParams(source, &mut p)) }
@@ -457,7 +457,7 @@ impl GraphExec {
     pub(crate) unsafe fn set_kernel_params(
         &mut self,
         node: Node,
-        p: &cuda_sys::CUDA_KERNEL_NODE_PARAMS,
+        p: &graph_rt_sys::CUDA_KERNEL_NODE_PARAMS,
     ) -> Result<()> {
         const CALL: &str = "cuGraphExecKernelNodeSetParams";
         let raw = self.member(node, CALL)?;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use cuda_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
+use graph_rt_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
 
 use super::identity::{CapturedNode, Creation};
 pub(crate) use super::node::{copy_params, kernel_params, memset_params};
@@ -35,15 +35,15 @@ pub(crate) struct KernelInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GraphAllocation {
     /// The device address (the same in every replay).
-    pub ptr: cuda_sys::CUdeviceptr,
+    pub ptr: graph_rt_sys::CUdeviceptr,
     /// Size in bytes.
     pub bytes: usize,
 }
 
 // SAFETY: the graph that allocated the memory owns it; `retain` has nothing to hand over.
 unsafe impl crate::launch::KernelArg for GraphAllocation {
-    type Param = cuda_sys::CUdeviceptr;
-    fn to_param(&self) -> cuda_sys::CUdeviceptr {
+    type Param = graph_rt_sys::CUdeviceptr;
+    fn to_param(&self) -> graph_rt_sys::CUdeviceptr {
         self.ptr
     }
 }
@@ -336,7 +336,7 @@ impl Graph {
             Ok(m) => m,
             Err(e) => {
                 // SAFETY: the clone made above, not handed out.
-                let _ = unsafe { cuda_sys::cuGraphDestroy(raw) };
+                let _ = unsafe { graph_rt_sys::cuGraphDestroy(raw) };
                 return Err(e);
             }
         };
@@ -391,7 +391,7 @@ impl Graph {
         let path = path.as_ref();
         let c = CString::new(path.to_string_lossy().as_bytes())
             .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
-        let flags = cuda_sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
+        let flags = graph_rt_sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
         // SAFETY: valid graph and NUL-terminated path.
         unsafe { cu!(cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)) }
     }
@@ -424,7 +424,7 @@ pub(crate) fn edges_of(graph: CUgraph, id: u64) -> Result<Vec<Edge>> {
         return Ok(Vec::new());
     }
     let (mut from, mut to) = (vec![null(); n], vec![null(); n]);
-    let mut data = vec![cuda_sys::CUgraphEdgeData::default(); n];
+    let mut data = vec![graph_rt_sys::CUgraphEdgeData::default(); n];
     // SAFETY: the three arrays hold n entries each.
     unsafe {
         cu!(cuGraphGetEdges_v2(

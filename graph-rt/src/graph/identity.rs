@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use cuda_sys::{CUgraph, CUgraphNode};
+use graph_rt_sys::{CUgraph, CUgraphNode};
 
 use super::graph::{edges_of, nodes_of, GraphHandle};
 use super::retention::AddrMap;

@@ -4,7 +4,7 @@
 use bytemuck::Pod;
 use std::ffi::c_void;
 
-use cuda_sys::{CUgraphNode, CUgraphNodeType};
+use graph_rt_sys::{CUgraphNode, CUgraphNodeType};
 
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
@@ -126,16 +126,16 @@ pub enum EdgeKind {
     },
 }
 
-impl From<cuda_sys::CUgraphEdgeData> for EdgeKind {
-    fn from(d: cuda_sys::CUgraphEdgeData) -> Self {
-        use cuda_sys::CUgraphDependencyType as T;
+impl From<graph_rt_sys::CUgraphEdgeData> for EdgeKind {
+    fn from(d: graph_rt_sys::CUgraphEdgeData) -> Self {
+        use graph_rt_sys::CUgraphDependencyType as T;
         let programmatic = T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0 as u8;
         match (d.from_port as u32, d.to_port, d.type_) {
-            (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT, 0, 0) => EdgeKind::Full,
-            (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, 0, t) if t == programmatic => {
+            (graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT, 0, 0) => EdgeKind::Full,
+            (graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC, 0, t) if t == programmatic => {
                 EdgeKind::Programmatic
             }
-            (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER, 0, t) if t == programmatic => {
+            (graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER, 0, t) if t == programmatic => {
                 EdgeKind::LaunchOrder
             }
             _ => EdgeKind::Other {
@@ -147,19 +147,19 @@ impl From<cuda_sys::CUgraphEdgeData> for EdgeKind {
     }
 }
 
-impl From<EdgeKind> for cuda_sys::CUgraphEdgeData {
+impl From<EdgeKind> for graph_rt_sys::CUgraphEdgeData {
     fn from(kind: EdgeKind) -> Self {
-        use cuda_sys::CUgraphDependencyType as T;
+        use graph_rt_sys::CUgraphDependencyType as T;
         let programmatic = T::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0 as u8;
         let (from_port, to_port, type_) = match kind {
-            EdgeKind::Full => (cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT as u8, 0, 0),
+            EdgeKind::Full => (graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_DEFAULT as u8, 0, 0),
             EdgeKind::Programmatic => (
-                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
+                graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC as u8,
                 0,
                 programmatic,
             ),
             EdgeKind::LaunchOrder => (
-                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER as u8,
+                graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER as u8,
                 0,
                 programmatic,
             ),
@@ -182,8 +182,8 @@ pub(crate) fn kernel_params(
     f: &Function,
     c: &LaunchConfig,
     params: *mut *mut c_void,
-) -> cuda_sys::CUDA_KERNEL_NODE_PARAMS {
-    cuda_sys::CUDA_KERNEL_NODE_PARAMS {
+) -> graph_rt_sys::CUDA_KERNEL_NODE_PARAMS {
+    graph_rt_sys::CUDA_KERNEL_NODE_PARAMS {
         func: f.as_raw(),
         gridDimX: c.grid.x,
         gridDimY: c.grid.y,
@@ -200,9 +200,9 @@ pub(crate) fn kernel_params(
 pub(crate) fn copy_params<T: Pod>(
     dst: &DeviceBuffer<T>,
     src: &DeviceBuffer<T>,
-) -> cuda_sys::CUDA_MEMCPY3D {
-    let device = cuda_sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    cuda_sys::CUDA_MEMCPY3D {
+) -> graph_rt_sys::CUDA_MEMCPY3D {
+    let device = graph_rt_sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
+    graph_rt_sys::CUDA_MEMCPY3D {
         srcMemoryType: device,
         srcDevice: src.as_raw(),
         dstMemoryType: device,
@@ -218,14 +218,14 @@ pub(crate) fn memset_params<T: Pod>(
     call: &'static str,
     dst: &DeviceBuffer<T>,
     value: u32,
-) -> Result<cuda_sys::CUDA_MEMSET_NODE_PARAMS> {
+) -> Result<graph_rt_sys::CUDA_MEMSET_NODE_PARAMS> {
     if dst.num_bytes() % 4 != 0 || dst.is_empty() {
         return Err(Error::invalid(
             call,
             format!("{} bytes is not a non-empty multiple of 4", dst.num_bytes()),
         ));
     }
-    Ok(cuda_sys::CUDA_MEMSET_NODE_PARAMS {
+    Ok(graph_rt_sys::CUDA_MEMSET_NODE_PARAMS {
         dst: dst.as_raw(),
         pitch: 0,
         value,
@@ -238,7 +238,7 @@ pub(crate) fn memset_params<T: Pod>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cuda_sys::CUgraphEdgeData;
+    use graph_rt_sys::CUgraphEdgeData;
 
     fn data(from_port: u32, dependency_type: u32) -> CUgraphEdgeData {
         CUgraphEdgeData {
@@ -250,18 +250,19 @@ mod tests {
 
     #[test]
     fn edge_kinds_from_edge_data() {
-        let programmatic = cuda_sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0;
+        let programmatic =
+            graph_rt_sys::CUgraphDependencyType::CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC.0;
         assert_eq!(EdgeKind::from(data(0, 0)), EdgeKind::Full);
         assert_eq!(
             EdgeKind::from(data(
-                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
+                graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC,
                 programmatic
             )),
             EdgeKind::Programmatic
         );
         assert_eq!(
             EdgeKind::from(data(
-                cuda_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER,
+                graph_rt_sys::CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER,
                 programmatic
             )),
             EdgeKind::LaunchOrder

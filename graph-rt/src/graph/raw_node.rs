@@ -2,7 +2,7 @@
 //! nodes, pointer discovery's reading of kernel nodes): here, so that every driver call stays in
 //! `driver/`, `launch/` and `graph/`.
 
-use cuda_sys::{CUgraphNode, CUgraphNodeType, CUDA_KERNEL_NODE_PARAMS};
+use graph_rt_sys::{CUgraphNode, CUgraphNodeType, CUDA_KERNEL_NODE_PARAMS};
 
 use crate::driver::cu;
 use crate::error::{Error, Result};
@@ -12,10 +12,10 @@ use crate::error::{Error, Result};
 /// # Safety
 /// `node` must be a kernel node of a live graph the caller has locked.
 pub(crate) unsafe fn make_device_updatable(node: CUgraphNode) -> Result<u64> {
-    use cuda_sys::CUlaunchAttributeID as Id;
+    use graph_rt_sys::CUlaunchAttributeID as Id;
     const ID: Id = Id::CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE;
     // SAFETY: a plain-data union; all zeros is a valid value of every member.
-    let mut v: cuda_sys::CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
+    let mut v: graph_rt_sys::CUkernelNodeAttrValue = unsafe { std::mem::zeroed() };
     v.deviceUpdatableKernelNode.deviceUpdatable = 1;
     // SAFETY: the caller's promise; `v` lives across the call.
     unsafe { cu!(cuGraphKernelNodeSetAttribute(node, ID, &v)) }?;

@@ -125,7 +125,7 @@ impl Retention {
     /// An event recorded at the current end of `stream`, or `None` while it captures (the
     /// record would become a node of the user's graph).
     fn fence_after(&mut self, stream: &StreamInner) -> crate::Result<Option<Event>> {
-        let none = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         if stream.capture_status()? != none {
             return Ok(None);
         }

@@ -1,7 +1,7 @@
 //! Updating an exec from another graph: in place (`cuGraphExecUpdate`) when the driver can, by
 //! re-instantiation otherwise.
 
-use cuda_sys::CUgraphExecUpdateResult as R;
+use graph_rt_sys::CUgraphExecUpdateResult as R;
 
 use super::exec::instantiate_raw;
 use super::graph::{Graph, Node};
@@ -70,13 +70,13 @@ impl GraphExec {
             return Err(fail(UpdateFailureKind::DeviceUpdatable));
         }
         self.ctx.bind().map_err(error)?;
-        let mut info = cuda_sys::CUgraphExecUpdateResultInfo::default();
+        let mut info = graph_rt_sys::CUgraphExecUpdateResultInfo::default();
         let r = {
             let _guard = graph.handle.lock("cuGraphExecUpdate").map_err(error)?;
             // SAFETY: valid exec, graph and out-pointer.
-            unsafe { cuda_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
+            unsafe { graph_rt_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
         };
-        if r == Ok(cuda_sys::CUresult::CUDA_SUCCESS) {
+        if r == Ok(graph_rt_sys::CUresult::CUDA_SUCCESS) {
             self.updates.set(self.updates.get() + 1);
             self.absorb(graph);
             let h = graph.handle.clone();
@@ -102,7 +102,7 @@ impl GraphExec {
             }
             other => UpdateFailureKind::Other(other.0),
         };
-        let node = |raw: cuda_sys::CUgraphNode, graph: u64| {
+        let node = |raw: graph_rt_sys::CUgraphNode, graph: u64| {
             (!raw.is_null()).then_some(Node { raw, graph })
         };
         Err(UpdateFailure {

@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::mem::size_of;
 
 use bytemuck::{NoUninit, Pod};
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use crate::driver::{DeviceBuffer, DeviceView};
 use crate::resource::Resource;

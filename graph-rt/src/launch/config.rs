@@ -1,7 +1,7 @@
 //! How a kernel is launched: grid and block dimensions, dynamic shared memory and launch
 //! attributes.
 
-use cuda_sys::{CUlaunchAttribute, CUlaunchAttributeID};
+use graph_rt_sys::{CUlaunchAttribute, CUlaunchAttributeID};
 
 use crate::error::{Error, Result};
 

@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use cuda_sys::CUlaunchConfig;
+use graph_rt_sys::CUlaunchConfig;
 
 use crate::driver::{cu_code, Function, ParamInfo, Returned, Stream};
 use crate::error::{Error, Misuse, Result};

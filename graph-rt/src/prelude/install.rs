@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use crate::discover::{Discovery, Dynamic, HostPatcher, KernelSnapshot};
 use crate::driver::{Context, DeviceBuffer, Function, Module};

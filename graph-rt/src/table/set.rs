@@ -7,7 +7,7 @@
 use std::sync::{Arc, Weak};
 
 use bytemuck::Pod;
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use super::keep::NOTHING;
 use super::ledger::SetView;

@@ -74,7 +74,7 @@ fn length_mismatches_are_errors_not_panics() {
     assert_eq!(oom.call(), Some("cuMemAlloc"));
     assert_eq!(
         oom.code(),
-        Some(cuda_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
+        Some(graph_rt_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY)
     );
 }
 

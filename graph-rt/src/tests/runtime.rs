@@ -17,7 +17,7 @@ fn device_and_context_properties() {
     assert!(ctx.is_current().unwrap());
     let (free, total) = ctx.memory_info().unwrap();
     assert!(free <= total && total > 0);
-    assert!(crate::driver_version().unwrap() >= cuda_sys::MIN_DRIVER_VERSION);
+    assert!(crate::driver_version().unwrap() >= graph_rt_sys::MIN_DRIVER_VERSION);
     let features = crate::graph_features(Some(&d)).unwrap();
     assert!(features
         .iter()
@@ -272,7 +272,9 @@ fn module_errors_carry_the_jit_log_and_the_name() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn simulated_older_driver_reports_symbol_and_version() {
-    let driver = cuda_sys::Driver::open().unwrap().simulate_version(12030);
+    let driver = graph_rt_sys::Driver::open()
+        .unwrap()
+        .simulate_version(12030);
     let e = driver.resolve(c"cuFuncGetParamInfo", 12040).unwrap_err();
     let msg = e.to_string();
     assert!(
@@ -282,7 +284,7 @@ fn simulated_older_driver_reports_symbol_and_version() {
     // What the simulated driver has still resolves.
     assert!(driver.resolve(c"cuMemAlloc", 3020).is_ok());
     // The real driver has it.
-    assert!(cuda_sys::Driver::open()
+    assert!(graph_rt_sys::Driver::open()
         .unwrap()
         .resolve(c"cuFuncGetParamInfo", 12040)
         .is_ok());

@@ -4,7 +4,7 @@
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
-use cuda_sys::CUdeviceptr;
+use graph_rt_sys::CUdeviceptr;
 
 use crate::driver::{DeviceBuffer, DeviceView};
 use crate::launch::{ArgSlot, KernelArg};

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use cuda_sys::{CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID};
+use graph_rt_sys::{
+    CUdevice_attribute, CUfunction_attribute, CUlaunchAttribute, CUlaunchAttributeID,
+};
 use parking_lot::Mutex;
 
 use super::arg::{ArgKind, TritonArg};
@@ -355,7 +357,7 @@ impl TritonKernel {
                 ..Default::default()
             };
             spread.value.clusterSchedulingPolicyPreference =
-                cuda_sys::CUclusterSchedulingPolicy::CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+                graph_rt_sys::CUclusterSchedulingPolicy::CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
             cfg = cfg.cluster(ctas).attribute(spread);
         }
         if self.meta.launch_cooperative_grid {

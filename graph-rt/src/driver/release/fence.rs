@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use cuda_sys::{CUevent, CUevent_flags, CUresult};
+use graph_rt_sys::{CUevent, CUevent_flags, CUresult};
 
 use super::super::stream::StreamInner;
 use crate::driver::cu;
@@ -36,7 +36,7 @@ unsafe impl Sync for RawEvent {}
 impl Drop for RawEvent {
     fn drop(&mut self) {
         // SAFETY: an event we created; its last holder is gone, so nothing waits for it.
-        let _ = unsafe { cuda_sys::cuEventDestroy(self.0) };
+        let _ = unsafe { graph_rt_sys::cuEventDestroy(self.0) };
     }
 }
 
@@ -50,7 +50,7 @@ impl Fence {
             Fence::Capturing(_) => false,
             Fence::Event(event) => {
                 // SAFETY: a live event we created.
-                let query = unsafe { cuda_sys::cuEventQuery(event.0) };
+                let query = unsafe { graph_rt_sys::cuEventQuery(event.0) };
                 !matches!(query, Ok(CUresult::CUDA_ERROR_NOT_READY))
             }
             #[cfg(test)]
@@ -78,7 +78,7 @@ impl Fence {
             Fence::Event(event) => {
                 // SAFETY: a live event we created. An error (a broken context) ends the wait
                 // too: the device runs nothing any more.
-                let _ = unsafe { cuda_sys::cuEventSynchronize(event.0) };
+                let _ = unsafe { graph_rt_sys::cuEventSynchronize(event.0) };
                 true
             }
             #[cfg(test)]
@@ -124,7 +124,7 @@ impl Fence {
 /// stream captures (the record would become a node of the user's graph). The stream's context
 /// must be current.
 pub(super) fn fence_after(stream: &Arc<StreamInner>) -> Result<Fence> {
-    let none = cuda_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     if stream.capture_status()? != none {
         return Ok(Fence::Capturing(stream.clone()));
     }
