@@ -1,4 +1,6 @@
-//! Safe CUDA runtime types and CUDA-graph wrappers: the core of graph-rt.
+//! graph-rt: a CUDA runtime with safe CUDA-graph wrappers, for Rust ML frameworks. Capture GPU
+//! work once, replay it as one graph, and change what it reads and writes between replays
+//! without re-capturing. Start with the [`manual`].
 //!
 //! Data flows one way: [`Context`] → [`Stream`] → launch. Every type owns its driver handle and
 //! releases it on drop without panicking (failures are logged and kept for
@@ -15,9 +17,9 @@
 //! layers [`sys`] (driver bindings) and [`ptx`] (the PTX pass).
 //!
 //! ```no_run
-//! use graph_rt_core::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
+//! use graph_rt::{Context, DeviceBuffer, LaunchConfig, Module, Stream};
 //!
-//! # fn main() -> graph_rt_core::Result<()> {
+//! # fn main() -> graph_rt::Result<()> {
 //! let ctx = Context::new(0)?;
 //! let stream = Stream::new(&ctx)?;
 //! let module = Module::from_ptx(&ctx, graph_rt_kernels::AXPY.ptx)?;
@@ -89,10 +91,15 @@ pub use launch::{
 pub use resource::Resource;
 pub use table::{ArgTable, TableOptions};
 
+/// The kernels graph-rt ships (CUDA C sources, their PTX, the table forms, the prelude).
+pub use graph_rt_kernels as kernels;
 /// The PTX pass (crate `graph-rt-ptx`): table forms of any kernel's PTX.
 pub use graph_rt_ptx as ptx;
 /// The raw driver bindings this crate is built on.
 pub use graph_rt_sys as sys;
+
+/// The manual: graph-rt's workflows, each with an example that compiles (start here).
+pub mod manual;
 
 #[cfg(test)]
 mod tests;

@@ -17,10 +17,10 @@
 //! thread-locals are gone by the time exit handlers run) before the hook returned, and that
 //! nothing was leaked or reported as an error.
 
-use graph_rt_core::cublas::{Cublas, Op as CublasOp};
-use graph_rt_core::foreign::{discover_graphs, Dynamic, Prelude, PreludeOptions};
-use graph_rt_core::table::{PtrSlot, SlotRef};
-use graph_rt_core::{ArgTable, CaptureMode, Context, DeviceBuffer, Stream, TableOptions};
+use graph_rt::cublas::{Cublas, Op as CublasOp};
+use graph_rt::foreign::{discover_graphs, Dynamic, Prelude, PreludeOptions};
+use graph_rt::table::{PtrSlot, SlotRef};
+use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer, Stream, TableOptions};
 
 fn sanitized() -> bool {
     std::env::var_os("GRAPH_RT_SANITIZER").is_some()
@@ -53,7 +53,7 @@ fn workload() {
             })
             .collect()
     };
-    let run = |blas: &Cublas, set: &mut Set| -> graph_rt_core::Result<()> {
+    let run = |blas: &Cublas, set: &mut Set| -> graph_rt::Result<()> {
         for (&m, [a, b, c]) in ms.iter().zip(set.iter_mut()) {
             blas.sgemm(
                 CublasOp::N,

@@ -145,11 +145,11 @@ fn copy_bandwidth(stream: &Stream) -> Result<f64> {
 /// cannot be written is reported there too, and the measured model returned all the same.
 ///
 /// ```no_run
-/// use graph_rt_core::{Context, Stream};
-/// use graph_rt_core::calibrate::{chain_shape, cost_model, CalibrateOptions};
-/// use graph_rt_core::choose::choose;
+/// use graph_rt::{Context, Stream};
+/// use graph_rt::calibrate::{chain_shape, cost_model, CalibrateOptions};
+/// use graph_rt::choose::choose;
 ///
-/// # fn main() -> graph_rt_core::Result<()> {
+/// # fn main() -> graph_rt::Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;
 /// let (model, source) = cost_model(&stream, &CalibrateOptions::default())?;

@@ -27,9 +27,9 @@ pub type ChainSetup = Box<dyn Fn(&Stream, usize) -> Result<ChainStep>>;
 /// An extra mechanism that calibrate also measures itself replaces the built-in measurement.
 ///
 /// ```no_run
-/// use graph_rt_core::{Stream};
-/// use graph_rt_core::calibrate::{chain_step, CalibrateOptions, ExtraMechanism};
-/// use graph_rt_core::choose::Mechanism;
+/// use graph_rt::{Stream};
+/// use graph_rt::calibrate::{chain_step, CalibrateOptions, ExtraMechanism};
+/// use graph_rt::choose::Mechanism;
 ///
 /// // Another workload measured as the prelude: here, the host-update chain.
 /// let prelude = ExtraMechanism::new(Mechanism::Prelude, |stream: &Stream, nodes: usize| {

@@ -341,8 +341,8 @@ impl Cublas {
     /// (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`. An f16 buffer does not compile here:
     ///
     /// ```no_run
-    /// # use graph_rt_core::*;
-    /// # use graph_rt_core::cublas::{Cublas, Op as CublasOp};
+    /// # use graph_rt::*;
+    /// # use graph_rt::cublas::{Cublas, Op as CublasOp};
     /// # fn f(blas: &Cublas, a: &DeviceBuffer<half::bf16>, b: &DeviceBuffer<half::bf16>,
     /// #      c: &mut DeviceBuffer<half::bf16>) -> Result<()> {
     /// blas.gemm_bf16(CublasOp::N, CublasOp::N, 16, 16, 16, 1.0, a, 16, b, 16, 0.0, c, 16)
@@ -350,8 +350,8 @@ impl Cublas {
     /// ```
     ///
     /// ```compile_fail,E0308
-    /// # use graph_rt_core::*;
-    /// # use graph_rt_core::cublas::{Cublas, Op as CublasOp};
+    /// # use graph_rt::*;
+    /// # use graph_rt::cublas::{Cublas, Op as CublasOp};
     /// # fn f(blas: &Cublas, a: &DeviceBuffer<half::f16>, b: &DeviceBuffer<half::f16>,
     /// #      c: &mut DeviceBuffer<half::f16>) -> Result<()> {
     /// blas.gemm_bf16(CublasOp::N, CublasOp::N, 16, 16, 16, 1.0, a, 16, b, 16, 0.0, c, 16)

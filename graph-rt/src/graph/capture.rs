@@ -361,9 +361,9 @@ impl Stream {
     /// Capture once, replay many times:
     ///
     /// ```no_run
-    /// use graph_rt_core::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+    /// use graph_rt::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
     ///
-    /// # fn main() -> graph_rt_core::Result<()> {
+    /// # fn main() -> graph_rt::Result<()> {
     /// let ctx = Context::new(0)?;
     /// let stream = Stream::new(&ctx)?;
     /// let add1 = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)?.function("add1")?;

@@ -60,7 +60,7 @@ impl InstantiateOptions<'_> {
 ///
 /// ```compile_fail
 /// fn shared_between_threads<T: Sync>() {}
-/// shared_between_threads::<graph_rt_core::GraphExec>();
+/// shared_between_threads::<graph_rt::GraphExec>();
 /// ```
 pub struct GraphExec {
     pub(super) raw: CUgraphExec,
@@ -365,9 +365,9 @@ impl GraphExec {
     /// updated from; a capture hands its kernel nodes back:
     ///
     /// ```no_run
-    /// use graph_rt_core::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+    /// use graph_rt::{CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
     ///
-    /// # fn main() -> graph_rt_core::Result<()> {
+    /// # fn main() -> graph_rt::Result<()> {
     /// let ctx = Context::new(0)?;
     /// let stream = Stream::new(&ctx)?;
     /// let add1 = Module::from_ptx(&ctx, graph_rt_kernels::CHAIN.ptx)?.function("add1")?;

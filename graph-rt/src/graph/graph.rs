@@ -55,7 +55,7 @@ unsafe impl crate::launch::KernelArg for GraphAllocation {
 ///
 /// ```compile_fail
 /// fn shared_between_threads<T: Sync>() {}
-/// shared_between_threads::<graph_rt_core::Graph>();
+/// shared_between_threads::<graph_rt::Graph>();
 /// ```
 pub struct Graph {
     pub(crate) raw: CUgraph,

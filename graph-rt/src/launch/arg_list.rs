@@ -39,8 +39,8 @@ struct Spill {
 /// beyond the driver's limit for any kernel, [`MAX_BYTES`](Self::MAX_BYTES), are refused.
 ///
 /// ```no_run
-/// # use graph_rt_core::{Context, DeviceBuffer, KernelArgList, LaunchConfig, Module, Stream};
-/// # fn main() -> graph_rt_core::Result<()> {
+/// # use graph_rt::{Context, DeviceBuffer, KernelArgList, LaunchConfig, Module, Stream};
+/// # fn main() -> graph_rt::Result<()> {
 /// # let ctx = Context::new(0)?;
 /// # let stream = Stream::new(&ctx)?;
 /// # let axpy = Module::from_ptx(&ctx, graph_rt_kernels::AXPY.ptx)?.function("axpy_f32")?;

@@ -32,7 +32,7 @@ use crate::resource::Resource;
 /// `struct Span { float* ptr; unsigned long long len; }` declares it:
 ///
 /// ```no_run
-/// use graph_rt_core::{DeviceBuffer, KernelArg, Resource};
+/// use graph_rt::{DeviceBuffer, KernelArg, Resource};
 ///
 /// #[derive(Clone, Copy, bytemuck::NoUninit)]
 /// #[repr(C)]

@@ -80,8 +80,8 @@ impl Layout {
 /// launches finished.
 ///
 /// ```no_run
-/// # use graph_rt_core::*;
-/// # use graph_rt_core::table::*;
+/// # use graph_rt::*;
+/// # use graph_rt::table::*;
 /// # fn sets(table: &mut ArgTable, slots: &[PtrSlot<f32>], a: &[DeviceBuffer<f32>], b: &[DeviceBuffer<f32>], exec: &GraphExec, stream: &Stream) -> Result<()> {
 /// let mut prepare = |bufs: &[DeviceBuffer<f32>]| -> Result<BindingSet> {
 ///     let mut set = table.binding_set();

@@ -129,8 +129,8 @@ static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 ///   ...), to match on; the message says it in words.
 ///
 /// ```no_run
-/// # use graph_rt_core::*;
-/// # use graph_rt_core::table::*;
+/// # use graph_rt::*;
+/// # use graph_rt::table::*;
 /// # fn main() -> Result<()> {
 /// let ctx = Context::new(0)?;
 /// let stream = Stream::new(&ctx)?;

@@ -378,7 +378,7 @@ fn staging_writes_only_the_words_bound_since_the_mirror_was_written() {
 }
 
 /// Host cost of the ledger's part of binding (no assertion: a figure for the record), release
-/// builds only: `cargo test --release -p graph-rt-core --lib ledger_cost -- --ignored --nocapture`.
+/// builds only: `cargo test --release -p graph-rt --lib ledger_cost -- --ignored --nocapture`.
 #[test]
 #[ignore = "a timing, not a check"]
 fn ledger_cost_per_binding() {
@@ -424,7 +424,7 @@ fn ledger_cost_per_binding() {
 }
 
 /// Host cost of applying prepared sets of every slot, two and three alternating, and staging
-/// (release builds: `cargo test --release -p graph-rt-core --lib set_cost -- --ignored --nocapture`).
+/// (release builds: `cargo test --release -p graph-rt --lib set_cost -- --ignored --nocapture`).
 #[test]
 #[ignore = "a timing, not a check"]
 fn set_cost_per_application() {

@@ -2,9 +2,11 @@
 //! graph-rt captures GPU work once, replays it as one CUDA graph, and changes what the replay
 //! reads and writes without capturing again. It loads the NVIDIA driver at run time
 //! (`libcuda.so.1`), so programs build anywhere and run on any driver of CUDA 12.4 or newer.
-//! The crate to depend on is `graph-rt`: it re-exports the safe runtime of `graph-rt-core` at
-//! its root (`graph_rt::Context`, `graph_rt::ArgTable`, …), the raw driver bindings as
-//! [`crate::sys`], the shipped kernels as [`crate::kernels`] and the PTX pass as [`crate::ptx`].
+//! The crate to depend on is `graph-rt` (this one): the core at its root
+//! (`graph_rt::Context`, `graph_rt::ArgTable`, …), the features in modules ([`crate::table`],
+//! [`crate::triton`], [`crate::foreign`], [`crate::cublas`], [`crate::choose`],
+//! [`crate::calibrate`]), the raw driver bindings as [`crate::sys`], the shipped kernels as
+//! [`crate::kernels`] and the PTX pass as [`crate::ptx`].
 //!
 //! The examples of these chapters are compiled by `cargo test --doc` but not run (they need a
 //! GPU); the repository's `examples/` folder runs the same workflows end to end and checks
