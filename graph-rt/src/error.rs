@@ -372,4 +372,24 @@ mod tests {
         assert_eq!(e.call(), Some("DeviceBuffer::copy_from_host"));
         assert_eq!(e.to_string(), "DeviceBuffer::copy_from_host: length 3 != 4");
     }
+
+    #[test]
+    fn a_misuse_names_the_call_says_which_and_says_it_in_words() {
+        let e = Error::misuse(
+            "DeviceBuffer::copy_from_host",
+            Misuse::LengthMismatch { ours: 4, theirs: 3 },
+            "the buffer holds 4 elements, the other side 3",
+        );
+        assert_eq!(e.call(), Some("DeviceBuffer::copy_from_host"));
+        assert_eq!(
+            e.misuse_kind(),
+            Some(&Misuse::LengthMismatch { ours: 4, theirs: 3 })
+        );
+        assert_eq!(e.code(), None);
+        assert_eq!(
+            e.to_string(),
+            "DeviceBuffer::copy_from_host: the buffer holds 4 elements, the other side 3"
+        );
+        assert_eq!(Error::invalid("x", "y").misuse_kind(), None);
+    }
 }

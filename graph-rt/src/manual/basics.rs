@@ -57,8 +57,31 @@
 //! limit of 1024 threads per block`). A driver function missing from the installed driver is
 //! an error at that call naming the function and the driver version that has it; no driver at
 //! all is an error saying `libcuda.so.1` could not be loaded and why. Misuses graph-rt checks
-//! itself (a wrong argument layout, a slot of another table, …) are errors too, before
-//! anything is sent to the driver.
+//! itself are errors too, before anything is sent to the driver and with nothing changed:
+//! [`crate::Error::Misuse`], whose [`crate::Misuse`] says which (an argument layout that is not
+//! the kernel's, a slot or binding set of another table, a misaligned or too short buffer, an
+//! unbound slot, a capturing stream, copies of different lengths, …) for code to match on, and
+//! whose message says it in words with what to do.
+//!
+//! ```no_run
+//! use graph_rt::{ArgTable, Context, DeviceBuffer, Misuse, TableOptions};
+//!
+//! # fn main() -> graph_rt::Result<()> {
+//! let ctx = Context::new(0)?;
+//! let (mut a, mut b) = (
+//!     ArgTable::new(&ctx, TableOptions::default())?,
+//!     ArgTable::new(&ctx, TableOptions::default())?,
+//! );
+//! let slot_of_b = b.ptr_slot::<f32>()?;
+//! let buf = DeviceBuffer::<f32>::zeroed(&ctx, 1024)?;
+//! let e = a.bind(&slot_of_b, &buf).unwrap_err();
+//! assert_eq!(e.misuse_kind(), Some(&Misuse::OtherTable));
+//! let short = DeviceBuffer::<f32>::zeroed(&ctx, 3)?;
+//! let mut dst = DeviceBuffer::<f32>::zeroed(&ctx, 4)?;
+//! let e = dst.copy_from_device(&short).unwrap_err();
+//! assert_eq!(e.misuse_kind(), Some(&Misuse::LengthMismatch { ours: 4, theirs: 3 }));
+//! # Ok(()) }
+//! ```
 //!
 //! `CUDA_SYS_SIMULATE_DRIVER_VERSION=12040` makes the process behave as a CUDA 12.4 driver when
 //! resolving functions, to check that a program uses nothing newer.
