@@ -1,8 +1,7 @@
 // The Triton fixtures (triton-fixtures/*, made by make.py on an H200), embedded at compile time
 // so that tests and examples never read the source tree at run time. `include!` this file after
 // defining `triton_fixtures_dir!()` to expand to the folder's path (a literal ending in `/`), with
-// `TritonFiles` and `TritonArg` (of graph_rt or graph_rt) in scope and serde_json a
-// dependency.
+// `TritonFiles` and `TritonArg` (`graph_rt::triton`) in scope and serde_json a dependency.
 
 /// One fixture: Triton's cache files for the kernel, the manifest, and the buffers' bytes
 /// before and after Triton's own launch.

@@ -391,7 +391,8 @@ impl<T: Pod> DeviceBuffer<T> {
     }
 
     /// A view of elements `range` of the buffer, which keeps the allocation alive (see
-    /// [`DeviceView`]); a range not within the buffer is [`Error::InvalidArgument`].
+    /// [`DeviceView`]); a range not within the buffer is a
+    /// [`Misuse::OutOfRange`](crate::Misuse::OutOfRange).
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<T>> {
         let range = bounds("DeviceBuffer::slice", range, self.len)?;
         Ok(view(self.ptr, &self.alloc, range))

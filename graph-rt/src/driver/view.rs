@@ -77,8 +77,8 @@ impl<T: Pod> DeviceView<T> {
         &self.alloc
     }
 
-    /// A view of elements `range` of this view; a range not within it is
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// A view of elements `range` of this view; a range not within it is a
+    /// [`Misuse::OutOfRange`](crate::Misuse::OutOfRange).
     pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<DeviceView<T>> {
         let range = bounds("DeviceView::slice", range, self.len)?;
         Ok(view(self.ptr, &self.alloc, range))

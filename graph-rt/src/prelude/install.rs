@@ -178,6 +178,10 @@ impl Prelude {
             }
             Err(reason) => {
                 tracing::info!("graph-rt: prelude on the host: {reason}");
+                // The graph's foreign nodes hold the addresses of the last Prelude::launch, which
+                // nothing keeps alive after it: only Prelude::launch (which rewrites them first)
+                // may launch its execs, not ArgTable::launch.
+                graph.launch_key = Some(table.host_patched_key());
                 report.mode = PreludeMode::Host { reason };
                 prelude.report = report;
                 prelude.host = Some((host, vec![0; slots.len()]));
@@ -223,22 +227,27 @@ impl Prelude {
                 "the exec was updated from another graph since it was instantiated: the prelude's words are of the graph it was installed in",
             ));
         }
-        if let Some((patcher, bases)) = &mut self.host {
-            for (b, s) in bases.iter_mut().zip(&self.slots) {
-                *b = table.word(s.index);
-                if *b == 0 {
-                    return Err(Error::invalid(
-                        CALL,
-                        format!("slot {} is not bound", s.index),
-                    ));
-                }
+        let Some((patcher, bases)) = &mut self.host else {
+            return table.launch(exec, stream);
+        };
+        for (b, s) in bases.iter_mut().zip(&self.slots) {
+            if !table.is_bound(s.index) {
+                return Err(Error::misuse(
+                    CALL,
+                    Misuse::Unbound {
+                        slot: s.index as usize,
+                    },
+                    format!("slot {} is not bound", s.index),
+                ));
             }
-            // SAFETY: each address is the slot's binding, which the table keeps alive until the
-            // launches that may read it have finished, and which the slot checked to be at
-            // least as long and as aligned as the captured buffer (`check_slots`).
-            unsafe { patcher.rebind(exec, bases)? };
+            *b = table.word(s.index);
         }
-        table.launch(exec, stream)
+        // SAFETY: each address is the slot's binding, which the table keeps alive until the
+        // launches that may read it have finished (the exec is launched only here, right after:
+        // its key makes ArgTable::launch refuse it), and which the slot checked to be at least as
+        // long and as aligned as the captured buffer (`check_slots`).
+        unsafe { patcher.rebind(exec, bases)? };
+        table.launch_host_patched(exec, stream)
     }
 }
 

@@ -126,6 +126,20 @@ impl<R> Keeps<R> {
         }
     }
 
+    /// Gives up every binding slot `i` remembers, its current one included (a binding set owns
+    /// the slot now), handing each to `evicted` as [`Keeps::drop_previous`] does. The slot stays
+    /// bound: the ledger counts a slot a set owns as bound.
+    pub(super) fn drop_all(&mut self, i: usize, seq: u64, mut evicted: impl FnMut((u64, R))) {
+        for j in 0..PLACES {
+            let r = std::mem::replace(&mut self.keys[i][j], 0);
+            if r != 0 {
+                if let Some(held) = self.held[i][r & PLACE].take() {
+                    evicted((seq, held));
+                }
+            }
+        }
+    }
+
     /// Number of slots.
     pub(super) fn len(&self) -> usize {
         self.keys.len()

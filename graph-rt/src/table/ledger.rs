@@ -175,9 +175,14 @@ impl<R, S> Ledger<R, S> {
         }
     }
 
+    /// Whether slot `i` was ever bound.
+    pub(super) fn is_bound(&self, i: usize) -> bool {
+        self.keeps.is_bound(i) || self.owners.is_owned(i)
+    }
+
     /// The first slot never bound.
     pub(super) fn first_unbound(&self) -> Option<usize> {
-        (0..self.words.len()).find(|&i| !self.keeps.is_bound(i) && !self.owners.is_owned(i))
+        (0..self.words.len()).find(|&i| !self.is_bound(i))
     }
 
     /// The mirror the next launch uses, and the acknowledgement that must be seen before it is
@@ -255,12 +260,17 @@ impl<R, S> Ledger<R, S> {
         }
     }
 
-    /// Gives up every slot's earlier bindings (see [`Keeps::drop_previous`]).
+    /// Gives up every slot's earlier bindings (see [`Keeps::drop_previous`]); a slot a binding
+    /// set owns gives up all it remembers (its current binding is the set's).
     pub(super) fn drop_previous(&mut self) {
         let replaced = &mut self.replaced;
         for i in 0..self.keeps.len() {
-            self.keeps
-                .drop_previous(i, self.next_seq, |e| replaced.push(e));
+            if self.owners.is_owned(i) {
+                self.keeps.drop_all(i, self.next_seq, |e| replaced.push(e));
+            } else {
+                self.keeps
+                    .drop_previous(i, self.next_seq, |e| replaced.push(e));
+            }
         }
     }
 }

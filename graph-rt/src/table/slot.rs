@@ -223,4 +223,17 @@ impl super::ArgTable {
     pub(crate) fn key(&self) -> u64 {
         self.id
     }
+
+    /// The launch key of a graph that refreshes this table and whose foreign nodes a host-mode
+    /// [`Prelude`](crate::foreign::Prelude) rewrites before each launch: [`ArgTable::launch`]
+    /// (super::ArgTable::launch) refuses it, so that the nodes never run with the addresses of
+    /// an earlier launch (which nothing keeps alive).
+    pub(crate) fn host_patched_key(&self) -> u64 {
+        self.id | super::table::HOST_PATCHED
+    }
+
+    /// Whether slot `index` was ever bound (one by one or by a binding set).
+    pub(crate) fn is_bound(&self, index: u32) -> bool {
+        (index as usize) < self.ledger.words.len() && self.ledger.is_bound(index as usize)
+    }
 }

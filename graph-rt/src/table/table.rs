@@ -90,6 +90,10 @@ pub(super) fn key_of(alloc: &Arc<Allocation>) -> usize {
 /// Identifies tables for slots and graphs; never reused.
 static NEXT_TABLE_ID: AtomicU64 = AtomicU64::new(1);
 
+/// Marks the launch key of a graph whose foreign nodes a host-mode prelude rewrites before each
+/// launch (see `ArgTable::host_patched_key`); table ids never reach this bit.
+pub(super) const HOST_PATCHED: u64 = 1 << 63;
+
 /// A device-resident argument table: kernels in table form read their pointers and scalars from
 /// its slots, so a graph captured once is rebound to new buffers and values by host writes.
 ///
@@ -533,14 +537,45 @@ impl ArgTable {
     /// stream's capture status (a launch captured now would run its refresh at replay, out of
     /// the table's count) and the launch.
     pub fn launch(&mut self, exec: &GraphExec, stream: &Stream) -> Result<()> {
+        const CALL: &str = "ArgTable::launch";
+        if exec.launch_key() == Some(self.host_patched_key()) {
+            return Err(Error::misuse(
+                CALL,
+                Misuse::NotThroughTable,
+                "a Prelude in host mode rewrites this graph's foreign nodes before each launch: launch it with Prelude::launch",
+            ));
+        }
         if exec.launch_key() != Some(self.id) {
             return Err(Error::misuse(
-                "ArgTable::launch",
+                CALL,
                 Misuse::NotThroughTable,
                 "the exec does not refresh this table (record_refresh in its capture)",
             ));
         }
-        self.stage(stream, "ArgTable::launch")?;
+        self.launch_checked(exec, stream, CALL)
+    }
+
+    /// [`ArgTable::launch`] of an exec whose foreign nodes a host-mode prelude has just
+    /// rewritten from this table's bindings (`Prelude::launch`).
+    pub(crate) fn launch_host_patched(&mut self, exec: &GraphExec, stream: &Stream) -> Result<()> {
+        const CALL: &str = "Prelude::launch";
+        if exec.launch_key() != Some(self.host_patched_key()) {
+            return Err(Error::misuse(
+                CALL,
+                Misuse::NotThroughTable,
+                "the exec's graph is not the one this prelude was installed in on the host",
+            ));
+        }
+        self.launch_checked(exec, stream, CALL)
+    }
+
+    fn launch_checked(
+        &mut self,
+        exec: &GraphExec,
+        stream: &Stream,
+        call: &'static str,
+    ) -> Result<()> {
+        self.stage(stream, call)?;
         exec.launch_unchecked(stream)?;
         self.launched();
         Ok(())

@@ -123,6 +123,12 @@ fn prelude_on_the_host_when_asked_gives_the_same_results() {
     replays_stay_right(&ctx, &stream, &mut c);
     // Host mode adds no device-updatable node: the graph clones and instantiates twice.
     assert!(c.graph.try_clone().is_ok());
+    // Its execs launch through Prelude::launch only, which rewrites the foreign nodes first: the
+    // table's own launch would run them with the addresses of an earlier launch.
+    let direct = c.graph.instantiate().unwrap();
+    let err = c.table.launch(&direct, &stream).unwrap_err();
+    assert_eq!(err.misuse_kind(), Some(&Misuse::NotThroughTable), "{err}");
+    drop(direct);
     // An exec updated from a graph since its instantiation is refused: the prelude's words are
     // of the graph it was installed in.
     let mut exec = c.graph.instantiate().unwrap();
