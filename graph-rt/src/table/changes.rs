@@ -241,3 +241,95 @@ mod wide {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Changes;
+
+    /// Stages launch `seq` into a fresh copy of `mirror`, returning the words that differ from
+    /// `words` afterwards (0: the mirror holds every word).
+    fn stale_after(c: &mut Changes, mirror: &mut [u64], words: &[u64], seq: u64) -> usize {
+        c.stage(mirror, words, seq);
+        mirror.iter().zip(words).filter(|(m, w)| m != w).count()
+    }
+
+    #[test]
+    fn a_ring_of_one_mirror_gets_each_change_once() {
+        let (n, mut c) = (64usize, Changes::new(1));
+        c.grow(n);
+        let mut words: Vec<u64> = (0..n as u64).collect();
+        let mut mirror = vec![0u64; n];
+        assert_eq!(
+            c.stage(&mut mirror, &words, 0),
+            n,
+            "the first staging writes all"
+        );
+        c.launched(0);
+        words[9] = 1000;
+        c.mark(9, 1);
+        assert_eq!(c.stage(&mut mirror, &words, 1), 8, "one block");
+        assert_eq!(mirror, words);
+        c.launched(1);
+        assert_eq!(c.stage(&mut mirror, &words, 2), 0, "nothing changed since");
+    }
+
+    #[test]
+    fn a_failed_launch_keeps_its_changes_for_the_next_staging() {
+        let (n, mut c) = (256usize, Changes::new(2));
+        c.grow(n);
+        let mut words = vec![7u64; n];
+        let mut mirrors = [vec![0u64; n], vec![0u64; n]];
+        for seq in 0..2 {
+            c.stage(&mut mirrors[seq as usize], &words, seq);
+            c.launched(seq);
+        }
+        // Launch 2 (mirror 0) is staged, fails, more is bound, and it is staged again.
+        words[3] = 1;
+        c.mark(3, 2);
+        c.stage(&mut mirrors[0], &words, 2);
+        words[200] = 2;
+        c.mark(200, 2);
+        assert_eq!(stale_after(&mut c, &mut mirrors[0], &words, 2), 0);
+        c.launched(2);
+        // Launch 3 (mirror 1) lacks both changes of launch 2's window.
+        assert_eq!(stale_after(&mut c, &mut mirrors[1], &words, 3), 0);
+    }
+
+    #[test]
+    fn every_word_marked_is_one_copy() {
+        let (n, mut c) = (1001usize, Changes::new(4));
+        c.grow(n);
+        let mut words = vec![1u64; n];
+        let mut mirrors: Vec<Vec<u64>> = (0..4).map(|_| vec![0u64; n.div_ceil(8) * 8]).collect();
+        for seq in 0..4 {
+            c.stage(&mut mirrors[seq as usize], &words, seq);
+            c.launched(seq);
+        }
+        words.iter_mut().for_each(|w| *w = 2);
+        c.mark_all(4);
+        assert_eq!(c.stage(&mut mirrors[0], &words, 4), n);
+        assert_eq!(&mirrors[0][..n], &words[..]);
+    }
+
+    #[test]
+    fn half_the_blocks_changed_is_one_pass_over_the_stamps() {
+        let (n, mut c) = (1001usize, Changes::new(2));
+        c.grow(n);
+        let mut words = vec![1u64; n];
+        let mut mirrors: Vec<Vec<u64>> = (0..2).map(|_| vec![0u64; n.div_ceil(8) * 8]).collect();
+        for seq in 0..2 {
+            c.stage(&mut mirrors[seq as usize], &words, seq);
+            c.launched(seq);
+        }
+        // Every other block (63 of 126) changes before launch 2: listed blocks ≥ half the table.
+        let changed: Vec<usize> = (0..n.div_ceil(8)).step_by(2).collect();
+        for &b in &changed {
+            words[8 * b] = 3;
+            c.mark(8 * b, 2);
+        }
+        let written = c.stage(&mut mirrors[0], &words, 2);
+        assert_eq!(&mirrors[0][..n], &words[..]);
+        // Whole blocks: 0, 2, …, 124 (the short last block, 125, did not change).
+        assert_eq!(written, 8 * changed.len());
+    }
+}

@@ -312,3 +312,24 @@ impl BindingSetBuilder<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Layout;
+
+    #[test]
+    fn a_layout_knows_its_run_and_its_blocks() {
+        let run = Layout::new((5..21).collect());
+        assert_eq!(run.start, Some(5));
+        // Slots 5..8 in block 0, 8..16 in block 1, 16..21 in block 2.
+        let blocks: Vec<u32> = run.blocks.iter().map(|b| b.0).collect();
+        assert_eq!(blocks, [0, 1, 2]);
+        assert_eq!(run.blocks[0].1, 0x0101_0100_0000_0000);
+        assert_eq!(run.blocks[1].1, 0x0101_0101_0101_0101);
+        let sparse = Layout::new(vec![0, 9, 10, 64].into_boxed_slice());
+        assert_eq!(sparse.start, None);
+        let blocks: Vec<(u32, u64)> = sparse.blocks.to_vec();
+        assert_eq!(blocks, [(0, 0x01), (1, 0x0001_0100), (8, 0x01)]);
+        assert_ne!(run.id, sparse.id, "layouts are told apart by identity");
+    }
+}
