@@ -417,3 +417,90 @@ pub fn mirror_writes(ctx: &Context) -> Vec<(&'static str, f64)> {
         .map(|(n, us)| (n, us * 1e3))
         .collect()
 }
+
+/// Prints [`host_costs`]'s groups, each with its variants above the launch alone and the ratios
+/// to anchor4's replica.
+pub fn print(host: &[(usize, Vec<Group>)]) {
+    println!("\ntable: host µs of binding slots of an N-node chain's table (K = N + 1 slots) + launch (no sync in the timed part), median of interleaved rounds; each line a group of variants interleaved among themselves, the launch alone in each");
+    for (n, groups) in host {
+        for (gi, v) in groups.iter().enumerate() {
+            let get = |name: &str| v.iter().find(|(x, _)| *x == name).map(|x| x.1);
+            let cells: Vec<String> = v.iter().map(|(name, t)| format!("{name} {t:.2}")).collect();
+            println!("table: N={n:<5} group {} · {}", gi + 1, cells.join(" · "));
+            let Some(base) = get("launch, no bind") else {
+                continue;
+            };
+            let above: Vec<String> = v
+                .iter()
+                .filter(|(name, _)| {
+                    name.starts_with("bind") || name.starts_with("anchor4 replica: write")
+                })
+                .map(|(name, t)| {
+                    format!("{} {:+.2} µs", name.trim_end_matches(" + launch"), t - base)
+                })
+                .collect();
+            let mut line = above.join(", ");
+            if let (Some(all), Some(tenth), Some(same)) = (
+                get("bind K + launch"),
+                get("bind K/10 + launch"),
+                get("bind the same K/10 + launch"),
+            ) {
+                line += &format!(
+                    " · ÷ bind K: a random K/10 {:.3}, the same K/10 {:.3}",
+                    (tenth - base) / (all - base),
+                    (same - base) / (all - base)
+                );
+            }
+            if let (Some(all), Some(same)) = (
+                get("bind set of K + launch"),
+                get("bind set of the same K/10 + launch"),
+            ) {
+                line += &format!(
+                    " · prepared sets, the same K/10 ÷ K {:.3}",
+                    (same - base) / (all - base)
+                );
+            }
+            let ratio = |ours: &str, theirs: &str| -> Option<String> {
+                let (a, b) = (get(ours)?, get(theirs)?);
+                Some(format!(
+                    "{} ÷ {theirs} {:.3}",
+                    ours.trim_end_matches(" + launch"),
+                    a / b
+                ))
+            };
+            let vs_anchor: Vec<String> = [
+                ("launch, no bind", "anchor4 replica: no rebinding"),
+                (
+                    "launch, no bind",
+                    "anchor4 replica: pull graph, nothing written",
+                ),
+                (
+                    "bind set of K + launch",
+                    "anchor4 replica: write K + launch",
+                ),
+                ("bind K + launch", "anchor4 replica: write K + launch"),
+                (
+                    "bind set of K (3 sets) + launch",
+                    "anchor4 replica: write K (3 sets) + launch",
+                ),
+                (
+                    "bind K (3 sets) + launch",
+                    "anchor4 replica: write K (3 sets) + launch",
+                ),
+            ]
+            .iter()
+            .filter_map(|(a, b)| ratio(a, b))
+            .collect();
+            if !vs_anchor.is_empty() {
+                line += &format!(" · {}", vs_anchor.join(", "));
+            }
+            if let Some(plain) = get("plain graph launch") {
+                line += &format!(" · launch alone ÷ plain graph launch {:.3}", base / plain);
+            }
+            println!(
+                "table: N={n:<5} group {} above launch alone: {line}",
+                gi + 1
+            );
+        }
+    }
+}
