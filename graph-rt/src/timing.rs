@@ -25,18 +25,7 @@ pub fn interleave<E, F: FnMut() -> Result<f64, E>>(
     warm: usize,
     cases: &mut [F],
 ) -> Result<Vec<f64>, E> {
-    let k = cases.len();
-    let mut samples = vec![Vec::with_capacity(rounds); k];
-    for round in 0..warm + rounds {
-        for i in 0..k {
-            let c = (round + i) % k;
-            let t = (cases[c])()?;
-            if round >= warm {
-                samples[c].push(t);
-            }
-        }
-    }
-    Ok(samples.into_iter().map(median).collect())
+    run_rounds(rounds, warm, 1, 0, cases)
 }
 
 /// [`interleave`] with each case run `block` times in a row per round, the first quarter of each
@@ -49,10 +38,20 @@ pub fn interleave_blocks<E, F: FnMut() -> Result<f64, E>>(
     block: usize,
     cases: &mut [F],
 ) -> Result<Vec<f64>, E> {
+    run_rounds(rounds, warm_up(rounds), block, (block / 4).max(1), cases)
+}
+
+/// `warm + rounds` rounds; in each, every case `block` times in a row (the case at
+/// `(round + i) % k` the `i`-th), its first `skip` times and the warm-up rounds not kept.
+fn run_rounds<E, F: FnMut() -> Result<f64, E>>(
+    rounds: usize,
+    warm: usize,
+    block: usize,
+    skip: usize,
+    cases: &mut [F],
+) -> Result<Vec<f64>, E> {
     let k = cases.len();
-    let skip = (block / 4).max(1);
-    let warm = warm_up(rounds);
-    let mut samples = vec![Vec::with_capacity(rounds * block); k];
+    let mut samples = vec![Vec::with_capacity(rounds * block.saturating_sub(skip)); k];
     for round in 0..warm + rounds {
         for i in 0..k {
             let c = (round + i) % k;

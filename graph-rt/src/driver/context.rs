@@ -170,7 +170,7 @@ impl Context {
     }
 
     /// How many batches are parked on this context or being released (for tests).
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg(test)]
     pub(crate) fn parked_batches(&self) -> usize {
         self.inner.released.parked()
     }

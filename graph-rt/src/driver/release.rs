@@ -43,7 +43,7 @@ mod thread;
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graph_rt_sys::CUcontext;
@@ -117,12 +117,12 @@ pub(crate) struct ReleaseQueue {
 }
 
 /// Tells, without keeping it, whether a queue and its release thread are gone (for tests).
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) struct QueueWatch(Weak<Shared>);
+#[cfg(test)]
+pub(crate) struct QueueWatch(std::sync::Weak<Shared>);
 
+#[cfg(test)]
 impl QueueWatch {
     /// Whether the queue was dropped and its release thread has ended.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn is_gone(&self) -> bool {
         self.0.strong_count() == 0
     }
@@ -324,13 +324,13 @@ impl ReleaseQueue {
     }
 
     /// How many reclaims the release thread has served.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg(test)]
     pub(crate) fn reclaims(&self) -> usize {
         self.shared.reclaims.load(Ordering::Relaxed)
     }
 
     /// A watch on this queue and its thread.
-    #[cfg_attr(not(test), allow(dead_code))]
+    #[cfg(test)]
     pub(crate) fn watch(&self) -> QueueWatch {
         QueueWatch(Arc::downgrade(&self.shared))
     }

@@ -166,19 +166,23 @@ impl Stream {
     /// Makes later work on this stream wait for `event` (`cuStreamWaitEvent`), without blocking
     /// the host.
     pub fn wait(&self, event: &Event) -> Result<()> {
-        self.context().bind()?;
-        // SAFETY: valid stream and event.
-        unsafe { cu!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), 0)) }
+        self.wait_with(event, 0)
     }
 
     /// Makes later work on this stream wait for `event` as an external wait
     /// (`CU_EVENT_WAIT_EXTERNAL`): captured, it becomes an event-wait node of the graph, which
     /// waits at every replay for the event's latest record, instead of an edge of the capture.
     pub(crate) fn wait_external(&self, event: &Event) -> Result<()> {
+        self.wait_with(
+            event,
+            graph_rt_sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0,
+        )
+    }
+
+    fn wait_with(&self, event: &Event, flags: std::os::raw::c_uint) -> Result<()> {
         self.context().bind()?;
-        let external = graph_rt_sys::CUevent_wait_flags::CU_EVENT_WAIT_EXTERNAL.0;
-        // SAFETY: valid stream and event.
-        unsafe { cu!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), external)) }
+        // SAFETY: valid stream and event; `flags` is 0 or CU_EVENT_WAIT_EXTERNAL.
+        unsafe { cu!(cuStreamWaitEvent(self.as_raw(), event.as_raw(), flags)) }
     }
 
     /// Whether the stream is capturing (`cuStreamIsCapturing`).

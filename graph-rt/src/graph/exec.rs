@@ -333,10 +333,9 @@ impl GraphExec {
                 )
             }
         };
-        let mut p = graph_rt_sys::CUDA_KERNEL_NODE_PARAMS::default();
         let guard = graph.lock("cuGraphKernelNodeGetParams")?;
-        // SAFETY: a node of a graph we keep alive; the driver fills `p`.
-        unsafe { cu!(cuGraphKernelNodeGetParams(source, &mut p)) }
+        // SAFETY: a node of a graph we keep alive (locked while its parameters are read).
+        let p = unsafe { super::raw_node::kernel_node_params(source) }
             .map_err(|_| Error::invalid(call, "not a kernel node"))?;
         drop(guard);
         let function = self.functions.get(&(p.func as usize)).cloned().ok_or_else(|| {

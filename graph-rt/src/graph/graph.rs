@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use graph_rt_sys::{CUgraph, CUgraphNode, CUgraphNodeType};
+use graph_rt_sys::{CUgraph, CUgraphNode};
 
 use super::identity::{CapturedNode, Creation};
 pub(crate) use super::node::{copy_params, kernel_params, memset_params};
@@ -286,10 +286,8 @@ impl Graph {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock("cuGraphNodeGetType")?;
         let raw = node.raw_in(self.handle.id, "cuGraphNodeGetType")?;
-        let mut t = CUgraphNodeType::CU_GRAPH_NODE_TYPE_EMPTY;
-        // SAFETY: valid out-pointer and a node of this (live) graph.
-        unsafe { cu!(cuGraphNodeGetType(raw, &mut t)) }?;
-        Ok(t.into())
+        // SAFETY: a node of this (live) graph.
+        Ok(unsafe { super::raw_node::node_type(raw) }?.into())
     }
 
     /// A deep copy (`cuGraphClone`) that keeps the same resources alive. Refused for a graph

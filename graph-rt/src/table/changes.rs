@@ -51,6 +51,11 @@ impl Changes {
         }
     }
 
+    /// Mirrors in the ring.
+    pub(super) fn depth(&self) -> usize {
+        self.history.len()
+    }
+
     /// Room for `words` words.
     pub(super) fn grow(&mut self, words: usize) {
         let blocks = words.div_ceil(8);

@@ -115,22 +115,20 @@ impl<R> Keeps<R> {
 
     /// Gives up slot `i`'s earlier bindings when `seq` launches have been made, handing each to
     /// `evicted` with the launch count up to which launches may read it.
-    pub(super) fn drop_previous(&mut self, i: usize, seq: u64, mut evicted: impl FnMut((u64, R))) {
-        for j in 1..PLACES {
-            let r = std::mem::replace(&mut self.keys[i][j], 0);
-            if r != 0 {
-                if let Some(held) = self.held[i][r & PLACE].take() {
-                    evicted((seq, held));
-                }
-            }
-        }
+    pub(super) fn drop_previous(&mut self, i: usize, seq: u64, evicted: impl FnMut((u64, R))) {
+        self.drop_from(i, 1, seq, evicted)
     }
 
     /// Gives up every binding slot `i` remembers, its current one included (a binding set owns
     /// the slot now), handing each to `evicted` as [`Keeps::drop_previous`] does. The slot stays
     /// bound: the ledger counts a slot a set owns as bound.
-    pub(super) fn drop_all(&mut self, i: usize, seq: u64, mut evicted: impl FnMut((u64, R))) {
-        for j in 0..PLACES {
+    pub(super) fn drop_all(&mut self, i: usize, seq: u64, evicted: impl FnMut((u64, R))) {
+        self.drop_from(i, 0, seq, evicted)
+    }
+
+    /// Gives up the bindings slot `i` remembers from place `first` on (0: current).
+    fn drop_from(&mut self, i: usize, first: usize, seq: u64, mut evicted: impl FnMut((u64, R))) {
+        for j in first..PLACES {
             let r = std::mem::replace(&mut self.keys[i][j], 0);
             if r != 0 {
                 if let Some(held) = self.held[i][r & PLACE].take() {

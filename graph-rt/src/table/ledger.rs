@@ -45,8 +45,6 @@ pub(super) struct Ledger<R, S = R> {
     pub(super) unbound: usize,
     /// Which blocks of words each mirror lacks.
     pub(super) changes: Changes,
-    /// Mirrors in the ring.
-    depth: usize,
     /// Bindings replaced before launch `seq`: released once that launch's refresh has run.
     pub(super) replaced: Vec<(u64, R)>,
     /// Launches below this have finished (known from acknowledgements, or an idle stream).
@@ -68,7 +66,6 @@ impl<R, S> Ledger<R, S> {
             replaced_sets: Vec::new(),
             unbound: 0,
             changes: Changes::new(depth),
-            depth: depth.max(1),
             replaced: Vec::new(),
             finished: 0,
             acked: 0,
@@ -79,7 +76,7 @@ impl<R, S> Ledger<R, S> {
 
     /// Mirrors in the ring.
     pub(super) fn depth(&self) -> usize {
-        self.depth
+        self.changes.depth()
     }
 
     /// Adds an unbound slot; returns its index.
@@ -223,13 +220,6 @@ impl<R, S> Ledger<R, S> {
         self.next_seq += 1;
     }
 
-    /// How many of the replaced bindings (a prefix) no launch may read any more.
-    pub(super) fn releasable(&self) -> usize {
-        // Replaced at launch count `seq`: read by launches below `seq` only.
-        self.replaced
-            .partition_point(|(seq, _)| *seq <= self.finished)
-    }
-
     /// Whether replaced bindings or sets are ready to be released.
     #[inline]
     pub(super) fn any_releasable(&self) -> bool {
@@ -239,25 +229,12 @@ impl<R, S> Ledger<R, S> {
 
     /// Takes the sets no slot is bound from and no launch may read any more.
     pub(super) fn take_releasable_sets(&mut self) -> Vec<(u64, S)> {
-        let free = self
-            .replaced_sets
-            .partition_point(|(seq, _)| *seq <= self.finished);
-        let rest = self.replaced_sets.split_off(free);
-        std::mem::replace(&mut self.replaced_sets, rest)
+        take_finished(&mut self.replaced_sets, self.finished)
     }
 
-    /// Takes the replaced bindings no launch may read any more (O(released)).
+    /// Takes the replaced bindings no launch may read any more.
     pub(super) fn take_releasable(&mut self) -> Vec<(u64, R)> {
-        let free = self.releasable();
-        if free == 0 {
-            Vec::new()
-        } else if free == self.replaced.len() {
-            let cap = self.replaced.capacity();
-            std::mem::replace(&mut self.replaced, Vec::with_capacity(cap))
-        } else {
-            let rest = self.replaced.split_off(free);
-            std::mem::replace(&mut self.replaced, rest)
-        }
+        take_finished(&mut self.replaced, self.finished)
     }
 
     /// Gives up every slot's earlier bindings (see [`Keeps::drop_previous`]); a slot a binding
@@ -272,6 +249,22 @@ impl<R, S> Ledger<R, S> {
                     .drop_previous(i, self.next_seq, |e| replaced.push(e));
             }
         }
+    }
+}
+
+/// Takes the prefix of `list` (in launch-count order: an entry replaced at launch count `seq` is
+/// read by launches below `seq` only) that no launch may read once launches below `finished`
+/// have finished. Nothing to take costs nothing; all of it, no copy; a part, a move of the rest.
+fn take_finished<T>(list: &mut Vec<(u64, T)>, finished: u64) -> Vec<(u64, T)> {
+    let free = list.partition_point(|(seq, _)| *seq <= finished);
+    if free == 0 {
+        Vec::new()
+    } else if free == list.len() {
+        let cap = list.capacity();
+        std::mem::replace(list, Vec::with_capacity(cap))
+    } else {
+        let rest = list.split_off(free);
+        std::mem::replace(list, rest)
     }
 }
 
