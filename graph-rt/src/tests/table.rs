@@ -285,6 +285,39 @@ fn refreshes_outside_the_tables_count_are_refused() {
     assert_eq!(table.stats().launches, 2);
 }
 
+/// A table of `2 × nodes` slots (depth 4) read by a graph of `nodes` independent table-form
+/// `add1` kernels over `elems` floats: node k reads slot 2k and writes slot 2k + 1, after the
+/// table's refresh.
+pub(super) fn independent_add1s(
+    stream: &Stream,
+    nodes: usize,
+    elems: usize,
+) -> (ArgTable, Vec<PtrSlot<f32>>, GraphExec) {
+    let ctx = stream.context();
+    let options = TableOptions {
+        capacity: 2 * nodes,
+        depth: 4,
+    };
+    let mut table = ArgTable::new(ctx, options).unwrap();
+    let slots: Vec<PtrSlot<f32>> = (0..2 * nodes).map(|_| table.ptr_slot().unwrap()).collect();
+    let f = function(ctx, &graph_rt_kernels::CHAIN_TABLE, "add1");
+    let cfg = LaunchConfig::for_elements(elems, 256);
+    let exec = stream
+        .capture(CaptureMode::Global, |s| {
+            table.record_refresh(s)?;
+            for k in 0..nodes {
+                // SAFETY: add1_table reads `elems` floats through slot 2k and writes `elems`
+                // through slot 2k + 1; the callers bind both to buffers or views that long.
+                unsafe { s.launch(&f, &cfg, (&slots[2 * k], &slots[2 * k + 1], elems as i32))? };
+            }
+            Ok(())
+        })
+        .unwrap()
+        .instantiate()
+        .unwrap();
+    (table, slots, exec)
+}
+
 /// A table of 1,000 slots (500 table-form `add1` nodes, each reading slot 2k and writing slot
 /// 2k + 1), a random subset of the slots rebound before each of 200 replays — inputs to one of
 /// eight constant buffers, outputs to fresh views of one arena — with no synchronization until
@@ -300,27 +333,7 @@ fn random_subsets_of_1000_slots_rebound_before_each_of_200_replays_stay_right() 
     let stream = Stream::new(&ctx).unwrap();
     // More replays than the table's depth (4) in every case: the ring of mirrors wraps.
     let (nodes, replays) = sized((500, 200), (500, 6), (80, 6));
-    let options = TableOptions {
-        capacity: 2 * nodes,
-        depth: 4,
-    };
-    let mut table = ArgTable::new(&ctx, options).unwrap();
-    let slots: Vec<PtrSlot<f32>> = (0..2 * nodes).map(|_| table.ptr_slot().unwrap()).collect();
-    let f = function(&ctx, &graph_rt_kernels::CHAIN_TABLE, "add1");
-    let cfg = LaunchConfig::for_elements(ELEMS, 256);
-    let exec = stream
-        .capture(CaptureMode::Global, |s| {
-            table.record_refresh(s)?;
-            for k in 0..nodes {
-                // SAFETY: add1_table reads ELEMS floats through slot 2k (an input buffer) and
-                // writes ELEMS through slot 2k + 1 (a view of its own in the arena).
-                unsafe { s.launch(&f, &cfg, (&slots[2 * k], &slots[2 * k + 1], ELEMS as i32))? };
-            }
-            Ok(())
-        })
-        .unwrap()
-        .instantiate()
-        .unwrap();
+    let (mut table, slots, exec) = independent_add1s(&stream, nodes, ELEMS);
     let inputs: Vec<DeviceBuffer<f32>> = (0..8)
         .map(|j| DeviceBuffer::from_host(&ctx, &vec![10.0 * (j + 1) as f32; ELEMS]).unwrap())
         .collect();

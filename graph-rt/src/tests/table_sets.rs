@@ -3,11 +3,9 @@
 
 use rand::{Rng, SeedableRng};
 
-use super::{capturing_ctx, function, sized};
-use crate::table::{BindingSet, PtrSlot};
-use crate::{
-    ArgTable, CaptureMode, DeviceBuffer, Error, LaunchConfig, Misuse, Stream, TableOptions,
-};
+use super::{capturing_ctx, sized};
+use crate::table::BindingSet;
+use crate::{ArgTable, DeviceBuffer, Error, Misuse, Stream, TableOptions};
 
 /// A table of `2 × nodes` slots read by `nodes` independent `add1` kernels (slot 2k the input of
 /// node k, slot 2k + 1 its output). Before each of the replays, with no synchronization: one of
@@ -24,30 +22,7 @@ fn binding_sets_alternating_fresh_and_mixed_with_single_binds_stay_right() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let (nodes, replays) = sized((400, 200), (400, 8), (60, 6));
-    let mut table = ArgTable::new(
-        &ctx,
-        TableOptions {
-            capacity: 2 * nodes,
-            depth: 4,
-        },
-    )
-    .unwrap();
-    let slots: Vec<PtrSlot<f32>> = (0..2 * nodes).map(|_| table.ptr_slot().unwrap()).collect();
-    let f = function(&ctx, &graph_rt_kernels::CHAIN_TABLE, "add1");
-    let cfg = LaunchConfig::for_elements(ELEMS, 256);
-    let exec = stream
-        .capture(CaptureMode::Global, |s| {
-            table.record_refresh(s)?;
-            for k in 0..nodes {
-                // SAFETY: add1_table reads ELEMS floats through slot 2k (an input buffer) and
-                // writes ELEMS through slot 2k + 1 (a view of its own in the arena).
-                unsafe { s.launch(&f, &cfg, (&slots[2 * k], &slots[2 * k + 1], ELEMS as i32))? };
-            }
-            Ok(())
-        })
-        .unwrap()
-        .instantiate()
-        .unwrap();
+    let (mut table, slots, exec) = super::table::independent_add1s(&stream, nodes, ELEMS);
     let value = |set: usize, k: usize| (set * 1000 + k % 100) as f32;
     // Three input sets; their buffers live on in the sets alone.
     let input_sets: Vec<BindingSet> = (0..3)
