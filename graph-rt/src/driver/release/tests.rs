@@ -48,6 +48,17 @@ fn quiet_queue() -> ReleaseQueue {
 }
 
 /// Waits up to 2 s for `done`.
+/// Sets `fences`, in order, from another thread after 30 ms (while the caller waits on them).
+fn pass_later(fences: &[&Arc<AtomicBool>]) -> std::thread::JoinHandle<()> {
+    let fences: Vec<Arc<AtomicBool>> = fences.iter().map(|f| Arc::clone(f)).collect();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        for f in fences {
+            f.store(true, Ordering::Release);
+        }
+    })
+}
+
 fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(2);
     while !done() {
@@ -266,13 +277,7 @@ fn the_last_parked_holder_tears_the_queue_down_on_its_release_thread() {
     let watch = owner.0.watch();
     drop(owner);
     assert!(!watch.is_gone(), "the parked batch keeps the queue");
-    let setter = {
-        let later = later.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
-            later.store(true, Ordering::Release);
-        })
-    };
+    let setter = pass_later(&[&later]);
     f.store(true, Ordering::Release);
     eventually("the queue and its thread gone", || watch.is_gone());
     assert_eq!(*log.lock(), [9, 3]);
@@ -286,13 +291,7 @@ fn teardown_stops_the_thread_and_releases_everything() {
     let log = Log::default();
     let f = flag();
     park(&q, &f, Item(0, log.clone()));
-    let setter = {
-        let f = f.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
-            f.store(true, Ordering::Release);
-        })
-    };
+    let setter = pass_later(&[&f]);
     q.teardown();
     assert_eq!(*log.lock(), [0]);
     assert!(!q.shared.state.lock().running);
@@ -355,14 +354,7 @@ fn exit_releases_on_the_release_thread_not_on_the_exiting_one() {
     park(&q, &f, Where(names.clone()));
     park(&q, &g, Where(names.clone()));
     // The fences pass while the hook waits.
-    let setter = {
-        let (f, g) = (f.clone(), g.clone());
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(30));
-            g.store(true, Ordering::Release);
-            f.store(true, Ordering::Release);
-        })
-    };
+    let setter = pass_later(&[&g, &f]);
     super::exit::close(&q.shared);
     assert_eq!(q.parked(), 0);
     assert!(!q.shared.state.lock().running);
