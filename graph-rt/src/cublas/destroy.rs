@@ -20,7 +20,7 @@ pub(super) static FIRST_GEMM: AtomicBool = AtomicBool::new(false);
 /// handle still parked at exit may no longer free the device memory `cublasCreate_v2` took.
 pub(super) fn after_first(first: &AtomicBool, ctx: &ContextInner) {
     if !first.load(Ordering::Relaxed) && !first.swap(true, Ordering::AcqRel) {
-        ctx.released.arm_exit_hook_again();
+        ctx.tracker.arm_exit_hook_again();
     }
 }
 

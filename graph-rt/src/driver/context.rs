@@ -6,7 +6,7 @@ use graph_rt_sys::{CUcontext, CUmodule, CUresult};
 use parking_lot::Mutex;
 
 use super::call::cu;
-use super::release::ReleaseQueue;
+use super::lifetime::Tracker;
 use super::{Device, Module};
 use crate::error::{Error, Result};
 
@@ -32,7 +32,7 @@ pub(crate) struct ContextInner {
     primary: bool,
     deferred: Mutex<Vec<Error>>,
     // What drops parked until the device is done with it.
-    pub(crate) released: ReleaseQueue,
+    pub(crate) tracker: Tracker,
     // Modules loaded once per context (`cached_cubin`), by key: raw handles, so that the cache
     // holds no reference to the context; unloaded in its teardown.
     modules: Mutex<Vec<(&'static str, usize)>>,
@@ -67,7 +67,7 @@ impl Context {
                 device,
                 primary: true,
                 deferred: Mutex::new(Vec::new()),
-                released: ReleaseQueue::new(raw),
+                tracker: Tracker::new(raw),
                 modules: Mutex::new(Vec::new()),
                 _owner: None,
             }),
@@ -101,7 +101,7 @@ impl Context {
                 device,
                 primary: false,
                 deferred: Mutex::new(Vec::new()),
-                released: ReleaseQueue::new(raw),
+                tracker: Tracker::new(raw),
                 modules: Mutex::new(Vec::new()),
                 _owner: owner,
             }),
@@ -134,10 +134,10 @@ impl Context {
     /// release itself, which the release thread does once the device is done.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
-        let mark = self.inner.released.mark();
+        let mark = self.inner.tracker.mark();
         // SAFETY: the context is current.
         unsafe { cu!(cuCtxSynchronize()) }?;
-        self.inner.released.synchronized(mark);
+        self.inner.tracker.synchronized(mark);
         Ok(())
     }
 
@@ -151,7 +151,7 @@ impl Context {
     /// invalidate it).
     pub fn poll(&self) -> Result<usize> {
         self.bind()?;
-        Ok(self.inner.released.poll())
+        Ok(self.inner.tracker.poll())
     }
 
     /// Free and total device memory in bytes (`cuMemGetInfo`).
@@ -172,7 +172,7 @@ impl Context {
     /// How many batches are parked on this context or being released (for tests).
     #[cfg(test)]
     pub(crate) fn parked_batches(&self) -> usize {
-        self.inner.released.parked()
+        self.inner.tracker.parked()
     }
 
     /// How many modules [`Context::cached_cubin`] keeps loaded (for tests).
@@ -242,14 +242,14 @@ impl ContextInner {
     /// Runs `alloc` (with this context current); when it fails for lack of memory
     /// (`CUDA_ERROR_OUT_OF_MEMORY`), releases what drops parked, waiting for the device where
     /// the memory is still in use (on the release thread, never inside a capture: see
-    /// `ReleaseQueue::reclaim`), trims the device's memory pool, and runs `alloc` once more.
+    /// `Tracker::reclaim`), trims the device's memory pool, and runs `alloc` once more.
     /// If that fails too, the first error is returned.
     pub(crate) fn alloc_retrying<T>(&self, mut alloc: impl FnMut() -> Result<T>) -> Result<T> {
         let first = match alloc() {
             Err(e) if e.code() == Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => e,
             r => return r,
         };
-        if !self.released.reclaim() {
+        if !self.tracker.reclaim() {
             return Err(first);
         }
         // Releases on this thread may have bound another context.
@@ -282,24 +282,30 @@ impl ContextInner {
         }
     }
 
-    /// From a `Drop`: parks `parked` on this context's release queue until the work queued on
-    /// `stream` so far has finished. Never blocks; an error is recorded (see
-    /// [`ContextInner::record`]), and when the context cannot even be made current nothing
-    /// can tell when that work ends, so `parked` is leaked rather than freed under the
-    /// device's feet (`park` leaks it itself when it fails).
+    /// From a `Drop`: parks `parked` on this context's tracker until the work queued on
+    /// `stream` so far has finished, and returns the point it waits for. Never blocks; an error
+    /// is recorded (see [`ContextInner::record`]), and when the context cannot even be made
+    /// current nothing can tell when that work ends, so `parked` is leaked rather than freed
+    /// under the device's feet (`park` leaks it itself when it fails).
     pub(crate) fn park_from_drop(
         &self,
         stream: &Arc<super::stream::StreamInner>,
         parked: Vec<super::Parked>,
-    ) {
+    ) -> Option<super::Point> {
         let r = match self.bind() {
-            Ok(()) => self.released.park(stream, parked),
+            Ok(()) => self.tracker.park(stream, parked),
             Err(e) => {
                 std::mem::forget(parked);
                 Err(e)
             }
         };
-        self.record(r);
+        match r {
+            Ok(point) => Some(point),
+            Err(e) => {
+                self.record(Err(e));
+                None
+            }
+        }
     }
 }
 
@@ -310,7 +316,7 @@ impl Drop for ContextInner {
     /// thread that dropped the last handle, on the release thread when the last holder was a
     /// parked batch, or in the exit hook.
     fn drop(&mut self) {
-        self.released.teardown();
+        self.tracker.teardown();
         let modules = std::mem::take(&mut *self.modules.lock());
         if !modules.is_empty() {
             let r = self.bind();

@@ -607,7 +607,7 @@ impl Drop for Allocation {
             Backing::Foreign => return,
             Backing::Device => {
                 let memory = DeviceMemory(self.ptr, self.ctx.clone());
-                return self.ctx.released.release_later(Box::new(memory));
+                return self.ctx.tracker.release_later(Box::new(memory));
             }
             Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
                 // SAFETY: we allocated `ptr` on this stream, which we keep alive.

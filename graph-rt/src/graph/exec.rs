@@ -130,8 +130,8 @@ impl Graph {
         }
         // A non-launch call: release what earlier drops parked and the device is done with.
         self.ctx.bind()?;
-        self.ctx.inner.released.poll();
-        self.ctx.inner.released.start();
+        self.ctx.inner.tracker.poll();
+        self.ctx.inner.tracker.start();
         let raw = instantiate_raw(self, flags, options.upload)?;
         self.handle.execs.fetch_add(1, Ordering::AcqRel);
         Ok(GraphExec {
@@ -183,7 +183,7 @@ pub(super) fn instantiate_raw(
 
 /// The exec's last launch, unless it is known finished.
 fn in_flight(last: &mut RefCell<Option<Arc<StreamInner>>>, launches: u64) -> Option<InFlight<'_>> {
-    let stream = last.get_mut().as_deref()?;
+    let stream = last.get_mut().as_ref()?;
     Some(InFlight {
         stream,
         launch: launches,

@@ -1,15 +1,15 @@
 //! How long an executable graph keeps what its nodes use: the current binding of each node it
 //! rebound, and every binding it replaced until the launches that may still read it have
-//! finished. Replaced bindings wait behind a fence (an event recorded after the exec's last
-//! launch), so an exec rebound to fresh buffers every step holds a bounded set of them, not every
-//! buffer it was ever bound to.
+//! finished. Replaced bindings are retired on the exec's lane of the context's lifetime tracker,
+//! behind a point after the exec's last launch (one per launch that had replacements), so an
+//! exec rebound to fresh buffers every step holds a bounded set of them, not every buffer it was
+//! ever bound to.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::driver::Context;
 use crate::driver::StreamInner;
-use crate::driver::{Event, EventFlags};
+use crate::driver::{point_after, Context, Lane};
 use crate::resource::Resource;
 
 /// A map keyed by address (of a node or of a kept resource). Addresses are not chosen by an
@@ -20,28 +20,20 @@ pub(crate) type AddrMap<V> = HashMap<usize, V, rustc_hash::FxBuildHasher>;
 /// The exec's last launch, while it may still run: its stream and its sequence number.
 #[derive(Clone, Copy)]
 pub(crate) struct InFlight<'a> {
-    pub(crate) stream: &'a StreamInner,
+    pub(crate) stream: &'a Arc<StreamInner>,
     pub(crate) launch: u64,
-}
-
-/// Resources replaced after launch number `launch`, released when `event` (recorded after that
-/// launch, hence after every earlier one: launches of one exec run in order) has completed.
-struct Fence {
-    event: Event,
-    launch: u64,
-    keep: Vec<Resource>,
 }
 
 pub(crate) struct Retention {
     ctx: Context,
     // Per node (by address): what its current binding uses.
     bound: AddrMap<Vec<Resource>>,
-    fences: VecDeque<Fence>,
-    // Events of released fences, for reuse.
-    spare: Vec<Event>,
-    // Replaced while a launch may run, when no fence could be recorded: kept until a later
-    // fence or until the exec is known idle.
-    unfenced: Vec<Resource>,
+    // Replaced bindings, one retirement per launch that had replacements, behind a point
+    // recorded after that launch when its first replacement came (launches of one exec run in
+    // order, so it follows every earlier launch too).
+    lane: Lane<Resource>,
+    // The launch the lane's newest retirement follows.
+    newest: Option<u64>,
 }
 
 impl Retention {
@@ -49,9 +41,8 @@ impl Retention {
         Self {
             ctx: ctx.clone(),
             bound: AddrMap::default(),
-            fences: VecDeque::new(),
-            spare: Vec::new(),
-            unfenced: Vec::new(),
+            lane: Lane::new(&ctx.inner),
+            newest: None,
         }
     }
 
@@ -81,7 +72,8 @@ impl Retention {
     }
 
     /// Releases `old` once no launch that may use it runs: now if none is in flight, else
-    /// behind a fence after the last launch.
+    /// behind a point after the last launch. The first replacement after a launch also
+    /// releases what earlier launches' replacements kept, if they have finished.
     pub(crate) fn retire(
         &mut self,
         old: impl IntoIterator<Item = Resource>,
@@ -90,77 +82,34 @@ impl Retention {
         let Some(InFlight { stream, launch }) = in_flight else {
             return drop(old.into_iter());
         };
-        if let Some(fence) = self.fences.back_mut().filter(|f| f.launch == launch) {
-            return fence.keep.extend(old);
+        let old: Vec<Resource> = old.into_iter().collect();
+        if self.newest == Some(launch) && !self.lane.is_empty() {
+            return self.lane.join_newest(old);
         }
-        self.release_finished();
-        match self.fence_after(stream) {
-            // The fence also covers what earlier retirements could not fence: it follows every
-            // launch made before them.
-            Ok(Some(event)) => {
-                let keep = old.into_iter().chain(self.unfenced.drain(..)).collect();
-                self.fences.push_back(Fence {
-                    event,
-                    launch,
-                    keep,
-                })
+        self.lane.collect(true);
+        let inner = &self.ctx.inner;
+        match inner.bind().and_then(|()| point_after(stream)) {
+            Ok(point) => {
+                self.lane.retire(point, old);
+                self.newest = Some(launch);
             }
-            // The stream captures: no event can be recorded on it, nor can it be waited for.
-            Ok(None) => self.unfenced.extend(old),
+            // Cannot tell when the launch ends: the one way out of a drop (a point after the
+            // stream's work, else a leak).
             Err(e) => {
-                // Cannot tell when the launch ends: wait for it here, else keep them until the
-                // exec is known idle.
-                self.ctx.inner.record(Err(e));
-                match stream.synchronize() {
-                    Ok(()) => drop(old.into_iter()),
-                    Err(e) => {
-                        self.ctx.inner.record(Err(e));
-                        self.unfenced.extend(old);
-                    }
-                }
+                inner.record(Err(e));
+                inner.park_from_drop(stream, vec![Box::new(old)]);
             }
-        }
-    }
-
-    /// An event recorded at the current end of `stream`, or `None` while it captures (the
-    /// record would become a node of the user's graph).
-    fn fence_after(&mut self, stream: &StreamInner) -> crate::Result<Option<Event>> {
-        let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        if stream.capture_status()? != none {
-            return Ok(None);
-        }
-        let event = match self.spare.pop() {
-            Some(e) => e,
-            None => Event::new(&self.ctx, EventFlags::DisableTiming)?,
-        };
-        event.record_on(stream)?;
-        Ok(Some(event))
-    }
-
-    /// Releases what completed fences hold. The newest completed fence proves every older
-    /// launch finished too (launches of one exec run in order), whatever the older fences'
-    /// streams are still doing.
-    fn release_finished(&mut self) {
-        let newest_done = self
-            .fences
-            .iter()
-            .rposition(|f| matches!(f.event.is_complete(), Ok(true)));
-        if let Some(i) = newest_done {
-            let done: Vec<Fence> = self.fences.drain(..=i).collect();
-            self.spare.extend(done.into_iter().map(|f| f.event));
         }
     }
 
     /// Every launch of the exec has finished: releases every replaced binding.
     pub(crate) fn idle(&mut self) {
-        self.spare.extend(self.fences.drain(..).map(|f| f.event));
-        self.unfenced.clear();
+        self.lane.idle();
+        self.newest = None;
     }
 
     /// How many references to resources are held (current bindings and replaced ones).
     pub(crate) fn count(&self) -> usize {
-        self.bound.values().map(Vec::len).sum::<usize>()
-            + self.fences.iter().map(|f| f.keep.len()).sum::<usize>()
-            + self.unfenced.len()
+        self.bound.values().map(Vec::len).sum::<usize>() + self.lane.len()
     }
 }

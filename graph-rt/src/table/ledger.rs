@@ -1,14 +1,14 @@
 //! The host's side of a table, with no driver call in it: the bindings as the next launch will
-//! see them, which words each mirror lacks, what each slot keeps alive, and when replaced
-//! bindings may go. [`ArgTable`](super::ArgTable) adds the device memory, the waits for
+//! see them, which words each mirror lacks, what each slot keeps alive, and which launches may
+//! read the bindings it replaced. [`ArgTable`](super::ArgTable) adds the device memory, the waits for
 //! acknowledgements and the launches; the CPU model test below drives this against a simulated
 //! device.
 //!
 //! Costs follow what changed, not the table's size: a binding stamps its word's block (and lists
 //! the block the first time in a launch), staging a launch writes into its mirror only the
 //! blocks changed since that mirror was last written ([`Changes`]), a prepared set costs a copy
-//! of its words, and releasing the bindings replaced before acknowledged launches is a prefix of
-//! a list ordered by launch count.
+//! of its words, and what a launch replaced is handed on once, as one list, with the launch count
+//! below which launches may read it (the table retires it to the context's lifetime tracker).
 
 use super::changes::Changes;
 use super::keep::Keeps;
@@ -39,16 +39,16 @@ pub(super) struct Ledger<R, S = R> {
     pub(super) keeps: Keeps<R>,
     /// The prepared sets that slots are bound from.
     owners: Owners<S>,
-    /// Sets no slot is bound from any more since launch `seq`: released once it has run.
+    /// Sets no slot is bound from any more since launch count `seq` (launches below it may read
+    /// them), not handed on yet.
     pub(super) replaced_sets: Vec<(u64, S)>,
     /// Slots never bound.
     pub(super) unbound: usize,
     /// Which blocks of words each mirror lacks.
     pub(super) changes: Changes,
-    /// Bindings replaced before launch `seq`: released once that launch's refresh has run.
+    /// Bindings replaced at launch count `seq` (launches below it may read them), in that
+    /// order, not handed on yet.
     pub(super) replaced: Vec<(u64, R)>,
-    /// Launches below this have finished (known from acknowledgements, or an idle stream).
-    pub(super) finished: u64,
     /// The highest acknowledgement seen.
     acked: u64,
     /// Launches staged and made.
@@ -67,7 +67,6 @@ impl<R, S> Ledger<R, S> {
             unbound: 0,
             changes: Changes::new(depth),
             replaced: Vec::new(),
-            finished: 0,
             acked: 0,
             next_seq: 0,
             binds: 0,
@@ -202,15 +201,9 @@ impl<R, S> Ledger<R, S> {
     }
 
     /// The acknowledgement `ack` was seen: launch `ack - 1` has refreshed the table, which it
-    /// does once every launch before it has finished.
+    /// does once every launch before it has finished (see [`finished_by`]).
     pub(super) fn acknowledged(&mut self, ack: u64) {
         self.acked = self.acked.max(ack);
-        self.finished = self.finished.max(ack.saturating_sub(1).min(self.next_seq));
-    }
-
-    /// Every launch made so far has finished (the stream was seen idle).
-    pub(super) fn all_finished(&mut self) {
-        self.finished = self.next_seq;
     }
 
     /// Counts a launch made after [`Ledger::stage`]: the marks staged for it become its
@@ -220,21 +213,17 @@ impl<R, S> Ledger<R, S> {
         self.next_seq += 1;
     }
 
-    /// Whether replaced bindings or sets are ready to be released.
-    #[inline]
-    pub(super) fn any_releasable(&self) -> bool {
-        let ready = |seq: Option<u64>| seq.is_some_and(|s| s <= self.finished);
-        ready(self.replaced.first().map(|r| r.0)) || ready(self.replaced_sets.first().map(|r| r.0))
-    }
-
-    /// Takes the sets no slot is bound from and no launch may read any more.
-    pub(super) fn take_releasable_sets(&mut self) -> Vec<(u64, S)> {
-        take_finished(&mut self.replaced_sets, self.finished)
-    }
-
-    /// Takes the replaced bindings no launch may read any more.
-    pub(super) fn take_releasable(&mut self) -> Vec<(u64, R)> {
-        take_finished(&mut self.replaced, self.finished)
+    /// Takes what was replaced since the last take: the bindings and the sets, each list in
+    /// launch-count order, and the launch count below which launches may read any of it
+    /// (`None` when nothing was replaced).
+    pub(super) fn take_replaced(&mut self) -> Option<Replaced<R, S>> {
+        let bindings = self.replaced.last().map(|e| e.0);
+        let through = bindings.max(self.replaced_sets.last().map(|e| e.0))?;
+        Some(Replaced {
+            through,
+            bindings: std::mem::take(&mut self.replaced),
+            sets: std::mem::take(&mut self.replaced_sets),
+        })
     }
 
     /// Gives up every slot's earlier bindings (see [`Keeps::drop_previous`]); a slot a binding
@@ -252,20 +241,21 @@ impl<R, S> Ledger<R, S> {
     }
 }
 
-/// Takes the prefix of `list` (in launch-count order: an entry replaced at launch count `seq` is
-/// read by launches below `seq` only) that no launch may read once launches below `finished`
-/// have finished. Nothing to take costs nothing; all of it, no copy; a part, a move of the rest.
-fn take_finished<T>(list: &mut Vec<(u64, T)>, finished: u64) -> Vec<(u64, T)> {
-    let free = list.partition_point(|(seq, _)| *seq <= finished);
-    if free == 0 {
-        Vec::new()
-    } else if free == list.len() {
-        let cap = list.capacity();
-        std::mem::replace(list, Vec::with_capacity(cap))
-    } else {
-        let rest = list.split_off(free);
-        std::mem::replace(list, rest)
-    }
+/// What launches replaced, handed on as one: launches below `through` may read it.
+pub(super) struct Replaced<R, S> {
+    pub(super) through: u64,
+    // Held, not read (but by the CPU model): dropping them releases what they keep.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) bindings: Vec<(u64, R)>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(super) sets: Vec<(u64, S)>,
+}
+
+/// How many launches are known finished once acknowledgement `ack` was seen: launch `ack - 1`
+/// has refreshed, which it does only after every launch before it has finished.
+#[inline]
+pub(super) fn finished_by(ack: u64) -> u64 {
+    ack.saturating_sub(1)
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ mod set;
 mod slot;
 #[allow(clippy::module_inception)]
 mod table;
+mod timeline;
 
 pub use kernel::{TableKernel, TableParam};
 pub use set::{BindingSet, BindingSetBuilder};

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::table::ArgTable;
-use crate::driver::{Parked, Stream};
+use crate::driver::{Lane, Parked, Point, Stream};
 use crate::error::{Error, Misuse, Result};
 
 /// The device acknowledged refresh `seen` where the host expected at most `expected`: it
@@ -105,66 +105,42 @@ impl ArgTable {
         }
     }
 
-    /// After a launch: counts it and releases the bindings replaced before launches known to
-    /// have finished (from the acknowledgement read before reusing a mirror: no extra read of
-    /// device-written memory on the launch path).
+    /// After a launch: counts it, retires on the table's lane what was replaced before it
+    /// (behind its launch count on the table's timeline) and releases what earlier launches
+    /// replaced once the acknowledgements show their launches finished (the one read before
+    /// reusing a mirror first: no extra read of device-written memory while that tells).
     pub(super) fn launched(&mut self) {
         self.ledger.launched();
         self.stats.launches += 1;
-        self.release_finished();
+        self.timeline.launched(self.ledger.next_seq);
+        self.retire_replaced();
     }
 
-    fn release_finished(&mut self) {
-        if !self.ledger.any_releasable() {
-            return;
+    fn retire_replaced(&mut self) {
+        if let Some(replaced) = self.ledger.take_replaced() {
+            let point = Point::Progress(self.timeline.clone(), replaced.through);
+            self.lane.retire(point, vec![replaced]);
         }
-        // Dropping a reference is a count here (on a cache line this thread touched when it
-        // took the reference: no traffic with another core); dropping the last one frees device
-        // memory (a driver call), which the context's release thread does, off the launch path.
-        let mut last = Vec::new();
-        for (_, r) in self.ledger.take_releasable() {
-            if std::sync::Arc::strong_count(&r) == 1 {
-                last.push(r);
-            }
-        }
-        let mut sets = Vec::new();
-        for (_, s) in self.ledger.take_releasable_sets() {
-            if std::sync::Arc::strong_count(&s) == 1 {
-                sets.push(s);
-            }
-        }
-        if !last.is_empty() {
-            self.ctx.inner.released.release_later(Box::new(last));
-        }
-        if !sets.is_empty() {
-            self.ctx.inner.released.release_later(Box::new(sets));
-        }
+        self.lane.collect(true);
     }
 
     /// Lets go of every slot's earlier bindings (the three it remembers, so that rebinding a slot
     /// back to one costs no reference counting), and releases every replaced binding no launch
     /// may read any more. A slot keeps its current binding and three before it alive, and a
-    /// replaced binding is
-    /// otherwise released by a later launch that sees its acknowledgement; call this when
-    /// buffers bound earlier should be freed while the table lives (once the table's stream is
-    /// idle, after a synchronize say, everything but the current bindings goes).
+    /// replaced binding is otherwise released by a later launch once the acknowledgements show
+    /// the launches that may read it finished; call this when buffers bound earlier should be
+    /// freed while the table lives (once the table's stream is idle, after a synchronize say,
+    /// everything but the current bindings goes).
     pub fn trim(&mut self) {
-        // What the device has acknowledged so far (the launch path reads only the one
-        // acknowledgement it must wait for), or every launch if the stream is idle.
-        let seen = (0..self.ledger.depth())
-            .filter_map(|m| self.shared.acks.read(m))
-            .max()
-            .unwrap_or(0);
-        self.ledger.acknowledged(seen);
         let idle = self
             .stream
             .as_ref()
             .is_some_and(|s| s.is_idle().unwrap_or(false));
         if idle || self.stream.is_none() {
-            self.ledger.all_finished();
+            self.timeline.idle(self.ledger.next_seq);
         }
         self.ledger.drop_previous();
-        self.release_finished();
+        self.retire_replaced();
     }
 }
 
@@ -176,7 +152,16 @@ impl Drop for ArgTable {
             return;
         };
         let ledger = std::mem::replace(&mut self.ledger, super::ledger::Ledger::new(1));
-        let parked: Vec<Parked> = vec![Box::new(ledger), Box::new(self.shared.clone())];
-        self.ctx.inner.park_from_drop(&stream, parked);
+        let lane = std::mem::replace(&mut self.lane, Lane::new(&self.ctx.inner));
+        let parked: Vec<Parked> = vec![
+            Box::new(ledger),
+            Box::new(self.shared.clone()),
+            Box::new(lane),
+        ];
+        // What the lane retired waits for launches on the timeline: none will come after the
+        // point the rest waits for.
+        if let Some(point) = self.ctx.inner.park_from_drop(&stream, parked) {
+            self.timeline.end(point);
+        }
     }
 }

@@ -13,7 +13,9 @@
 //!
 //! A refresh runs only after all earlier work of its stream has finished, so the acknowledgement
 //! of launch `s` also proves that every launch before `s` has finished: bindings replaced before
-//! launch `s` are released once it is seen, with no event or driver call.
+//! launch `s` are retired on the table's lane of the context's lifetime tracker behind `s` on
+//! the table's timeline of launches, and released once an acknowledgement shows it, with no
+//! event or driver call.
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,12 +25,13 @@ use bytemuck::Pod;
 use graph_rt_sys::CUdeviceptr;
 
 use super::keep::NOTHING;
-use super::ledger::Ledger;
+use super::ledger::{Ledger, Replaced};
 use super::refresh::RefreshArgs;
 use super::set::{Layout, SetKeep};
 use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
+use super::timeline::Timeline;
 use crate::driver::{
-    Allocation, CaptureStatus, Context, DeviceBuffer, DeviceView, Function, MappedHostBuffer,
+    Allocation, CaptureStatus, Context, DeviceBuffer, DeviceView, Function, Lane, MappedHostBuffer,
     Module, Stream, StreamInner,
 };
 use crate::error::{Error, Misuse, Result};
@@ -122,7 +125,8 @@ pub(super) const HOST_PATCHED: u64 = 1 << 63;
 ///   before it (so rebinding among up to four buffers a slot — double or triple buffering —
 ///   costs no reference counting; a binding new to its slot costs one count, and the one it
 ///   evicts one more, later); evicted ones are released once the launches made before their
-///   eviction have finished (known from the acknowledgements, no event). [`ArgTable::trim`]
+///   eviction have finished (known from the acknowledgements, no event; a table dropped ends
+///   its timeline with an event after its last launch). [`ArgTable::trim`]
 ///   lets go of the earlier ones.
 /// * **Streams**: every launch and refresh through one table goes to one stream, the first one
 ///   used; another stream is refused ([`Misuse::OtherStream`](crate::Misuse::OtherStream)),
@@ -168,6 +172,9 @@ pub struct ArgTable {
     pub(super) capacity: usize,
     // The bindings, what they keep alive, what each mirror lacks, the launch count.
     pub(super) ledger: Ledger<Arc<Allocation>, SetKeep>,
+    // What launches replaced, retired behind counts of the table's timeline of launches.
+    pub(super) lane: Lane<Replaced<Arc<Allocation>, SetKeep>>,
+    pub(super) timeline: Arc<Timeline>,
     // The slot lists of the binding sets made so far (sets over the same slots share one).
     pub(super) layouts: Vec<std::sync::Weak<Layout>>,
     pub(super) sealed: bool,
@@ -212,10 +219,13 @@ impl ArgTable {
             acks: MappedHostBuffer::zeroed(ctx, options.depth)?,
             refresh,
         };
+        let shared = Arc::new(shared);
         Ok(Self {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
-            shared: Arc::new(shared),
+            timeline: Timeline::new(&shared, options.depth),
+            lane: Lane::new(&ctx.inner),
+            shared,
             capacity: options.capacity,
             ledger: Ledger::new(options.depth),
             layouts: Vec::new(),
@@ -636,6 +646,7 @@ impl ArgTable {
         if let Some(at_least) = wait {
             let ack = self.latest_ack(at_least, mirror, stream)?;
             self.ledger.acknowledged(ack);
+            self.timeline.seen(ack);
         }
         // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
         // slots are fixed once a refresh exists).

@@ -216,7 +216,7 @@ fn the_last_handle_of_a_context_releases_everything_and_stops_its_thread() {
     // A context of its own (the same primary context, another graph-rt context).
     let ctx = Context::new(0).unwrap();
     let inner: Weak<ContextInner> = Arc::downgrade(&ctx.inner);
-    let queue = ctx.inner.released.watch();
+    let queue = ctx.inner.tracker.watch();
     let stream = Stream::new(&ctx).unwrap();
     let mut long = Long::new(&ctx);
     let kept = chunks(&ctx, 2, 64 << 20);
@@ -271,7 +271,7 @@ fn an_allocation_out_of_memory_releases_what_is_parked_and_retries() {
         drop((exec, kept));
         // What the allocation does once out of memory (here the release thread may already
         // have released everything: then there is nothing to reclaim).
-        ctx.inner.released.reclaim();
+        ctx.inner.tracker.reclaim();
         assert_eq!(ctx.parked_batches(), 0, "a reclaim left batches parked");
         assert!(watched.iter().all(|w| w.strong_count() == 0));
         return;
@@ -301,7 +301,7 @@ fn an_allocation_out_of_memory_releases_what_is_parked_and_retries() {
     let exec = long.exec(&stream, &kept);
     exec.launch(&stream).unwrap();
     drop((exec, kept));
-    let reclaims = ctx.inner.released.reclaims();
+    let reclaims = ctx.inner.tracker.reclaims();
     // While the launch runs its fence holds every chunk: the allocation must run out of memory.
     let running = !stream.is_idle().unwrap();
     let start = Instant::now();
@@ -319,7 +319,7 @@ fn an_allocation_out_of_memory_releases_what_is_parked_and_retries() {
         "the launch ended before the allocation: nothing was tested"
     );
     assert!(
-        ctx.inner.released.reclaims() > reclaims,
+        ctx.inner.tracker.reclaims() > reclaims,
         "the allocation did not go through a reclaim"
     );
     assert!(watched.iter().all(|w| w.strong_count() == 0));
@@ -441,7 +441,7 @@ fn the_exit_path_has_the_release_thread_destroy_parked_cublas_handles() {
             "the launch ended before the drop: nothing was parked at the exit"
         );
     }
-    ctx.inner.released.close_as_at_exit();
+    ctx.inner.tracker.close_as_at_exit();
     assert_eq!(ctx.parked_batches(), 0, "left parked by the exit path");
     assert!(
         stream.is_idle().unwrap(),

@@ -19,7 +19,7 @@
 //! runtime inside cuBLAS keeps per-thread state), while the release thread is whole until the hook
 //! has waited for it. All release threads work at once: each waits for the device without the lock
 //! that releasing takes, and takes it only to release what is ready, so that none keeps the others
-//! (or graph-rt's captures) waiting for its fences, and each waits for the others' releases rather
+//! (or graph-rt's captures) waiting for its points, and each waits for the others' releases rather
 //! than give up on them. Where a queue has no release thread (it could not be started, or the hook
 //! runs on it), a thread started for the purpose does it, or, failing that, the hook's own.
 //!
@@ -195,7 +195,7 @@ pub(super) fn close_queues(queues: &[Arc<Shared>]) {
 }
 
 /// What the hook does to one queue: its release thread releases everything parked, waiting for
-/// the fences, and stops (for tests).
+/// the points, and stops (for tests).
 #[cfg(test)]
 pub(super) fn close(shared: &Arc<Shared>) {
     close_queues(std::slice::from_ref(shared));

@@ -1,16 +1,22 @@
-//! Deferred release: what a drop must not free while the device may still use it is parked on
-//! its context, behind a fence (an event recorded after the last work that can use it), and
-//! released by the context's release thread as soon as the fence has passed, without any call of
-//! the user's. Dropping never waits for the device, and never does the slow host work of
-//! destroying (a 1000-node exec costs about a millisecond to destroy) on the dropping thread.
+//! The lifetime tracker: one per context, for everything a launch may still read once its owner
+//! lets go of it — execs and graphs dropped while they may run, buffers dropped while bound,
+//! bindings an exec or a table replaced while a launch may read them. Each is *retired* with a
+//! completion point ([`Point`]): an event recorded after the last work on each stream that may
+//! read it, a count on a timeline the device advances (a table's acknowledgements), or nothing
+//! (its own release waits where it must). It is released once every stream has passed its
+//! point, by the context's release thread, without any call of the user's. Retiring never waits
+//! for the device, and the slow host work of destroying (a 1000-node exec costs about a
+//! millisecond to destroy) never runs on the retiring thread. Every drop that may still be read
+//! goes one way: [`Tracker::park`] (a point after the work queued so far, or, when none can be
+//! recorded, a leak: nothing could tell when the device stops using it).
 //!
 //! The release thread (one per context, started by the first park, deferred drop or
-//! instantiation) polls the fences with `cuEventQuery`, backing off up to a millisecond while
+//! instantiation) polls the points with `cuEventQuery`, backing off up to a millisecond while
 //! none has passed, and sleeps while nothing is parked. `Context::poll` releases what has passed on the calling thread,
 //! `Context::synchronize` releases everything parked before it once the device is idle.
 //!
 //! An allocation that fails for lack of memory asks the release thread to release what is parked
-//! ([`ReleaseQueue::reclaim`]): it waits for the fences of what was parked so far, releases it
+//! ([`Tracker::reclaim`]): it waits for the points of what was parked so far, releases it
 //! (and what that release frees in turn), waits for what other threads are releasing, and the
 //! allocation is retried once.
 //!
@@ -18,24 +24,26 @@
 //! until its release thread has released the last batch: that release drops the context, whose
 //! teardown stops the thread and releases whatever is left before the context itself is released.
 //! At process exit (`main` returning, `std::process::exit`) a hook registered with `atexit` has
-//! every release thread release everything still parked, waiting for the fences, and stop,
+//! every release thread release everything still parked, waiting for the points, and stop,
 //! before the libraries whose objects are parked (cuBLAS) and the driver tear themselves down
 //! (`exit.rs`). The release threads do it, not the exiting thread: by the time exit handlers run,
 //! that thread's thread-locals (cuBLAS's runtime keeps its own) are gone.
 //!
 //! Releasing frees memory, which a stream capture in global mode forbids in every thread: a
 //! releasing thread holds [`capture_lock`] exclusively while it releases (never while it waits
-//! for a fence: it waits first, then takes the lock for what is ready), and graph-rt's captures
+//! for a point: it waits first, then takes the lock for what is ready), and graph-rt's captures
 //! in global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt
 //! did not start (another library's) is not seen: start those in thread-local mode, or call
 //! `Context::synchronize` first.
 //!
-//! Files: this one (the queue), `fence.rs` (what a batch waits for), `lock.rs` (the capture lock),
+//! Files: this one (the tracker), `lane.rs` (an owner's own retirements), `point.rs` (what a
+//! batch waits for), `lock.rs` (the capture lock),
 //! `thread.rs` (the release thread), `exit.rs` (the exit hook).
 
 mod exit;
-mod fence;
+mod lane;
 mod lock;
+mod point;
 #[cfg(test)]
 mod tests;
 mod thread;
@@ -49,9 +57,10 @@ use std::time::{Duration, Instant};
 use graph_rt_sys::CUcontext;
 use parking_lot::{Condvar, Mutex};
 
-use self::fence::{fence_after, Fence};
+pub(crate) use self::lane::Lane;
 pub(crate) use self::lock::capture_lock;
 use self::lock::{capturing, releasing, Blocked, Exclusive};
+pub(crate) use self::point::{point_after, Point, Progress};
 use self::thread::{is_release_thread_of, on_release_thread, release_thread};
 use super::stream::StreamInner;
 use crate::error::Result;
@@ -65,7 +74,7 @@ const TEARDOWN_PATIENCE: Duration = Duration::from_millis(100);
 struct Entry {
     // Parking order: `synchronize` releases the batches parked before it waited.
     seq: u64,
-    fence: Fence,
+    point: Point,
     parked: Vec<Parked>,
 }
 
@@ -80,15 +89,15 @@ struct State {
     // be started).
     running: bool,
     // Torn down, or the process exits: no release thread; what is parked from now on is
-    // released where it is parked, once its fence has passed.
+    // released where it is parked, once its point has passed.
     closed: bool,
-    // The process exits: the release thread releases everything parked, waiting for the fences
+    // The process exits: the release thread releases everything parked, waiting for the points
     // until this deadline, before it stops (see `exit.rs`).
     exit_deadline: Option<Instant>,
-    // The process exits: what is parked from now on waits for its fence until this deadline at
+    // The process exits: what is parked from now on waits for its point until this deadline at
     // most (set whether or not the release thread was handed the rest).
     device_deadline: Option<Instant>,
-    // Reclaims (allocations out of memory): the release thread waits for the fences of what was
+    // Reclaims (allocations out of memory): the release thread waits for the points of what was
     // parked before `drain_mark`, releases it, waits for what other threads are releasing, and
     // sets `drained` to the ticket it served.
     drain_ticket: u64,
@@ -111,7 +120,7 @@ struct Shared {
 }
 
 /// A context's parked batches and its release thread.
-pub(crate) struct ReleaseQueue {
+pub(crate) struct Tracker {
     shared: Arc<Shared>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -134,7 +143,7 @@ unsafe impl Send for Shared {}
 // SAFETY: as above.
 unsafe impl Sync for Shared {}
 
-impl ReleaseQueue {
+impl Tracker {
     pub(crate) fn new(ctx: CUcontext) -> Self {
         let shared = Arc::new(Shared {
             ctx: ctx as usize,
@@ -152,13 +161,14 @@ impl ReleaseQueue {
     }
 
     /// Parks `parked` until the work queued on `stream` so far has finished. The context must
-    /// be current. When no fence can be recorded, `parked` is leaked (kept alive for good): it
+    /// be current. When no point can be recorded, `parked` is leaked (kept alive for good): it
     /// may still be in use, and nothing could tell when it stops being.
-    pub(crate) fn park(&self, stream: &Arc<StreamInner>, parked: Vec<Parked>) -> Result<()> {
-        match fence_after(stream) {
-            Ok(fence) => {
-                self.push(fence, parked);
-                Ok(())
+    /// Returns the point it waits for (a table ends its timeline with it).
+    pub(crate) fn park(&self, stream: &Arc<StreamInner>, parked: Vec<Parked>) -> Result<Point> {
+        match point_after(stream) {
+            Ok(point) => {
+                self.retire(point.clone(), parked);
+                Ok(point)
             }
             Err(e) => {
                 std::mem::forget(parked);
@@ -181,10 +191,12 @@ impl ReleaseQueue {
                 return release_guarded(parked);
             }
         }
-        self.push(Fence::None, vec![parked]);
+        self.retire(Point::None, vec![parked]);
     }
 
-    fn push(&self, fence: Fence, parked: Vec<Parked>) {
+    /// Retires `parked`: released once `point` has passed (or the context was synchronized
+    /// after this call), on the release thread, in `poll` or in `synchronize`; never here.
+    pub(crate) fn retire(&self, point: Point, parked: Vec<Parked>) {
         // The exit hook must run before the exit handlers of the libraries this batch's release
         // may call into, all loaded by now.
         exit::arm();
@@ -192,11 +204,11 @@ impl ReleaseQueue {
         if state.closed {
             let deadline = state.device_deadline;
             drop(state);
-            return self.shared.release_in_place(fence, parked, deadline);
+            return self.shared.release_in_place(point, parked, deadline);
         }
         let seq = state.next_seq;
         state.next_seq += 1;
-        state.entries.push_back(Entry { seq, fence, parked });
+        state.entries.push_back(Entry { seq, point, parked });
         drop(state);
         self.start();
         self.shared.changed.notify_all();
@@ -204,7 +216,7 @@ impl ReleaseQueue {
 
     /// Starts the release thread unless it was started. Instantiation calls this, so that the
     /// first drop of an exec does not pay for starting a thread; so does
-    /// [`ReleaseQueue::release_later`], so that memory is freed there and not where it is dropped.
+    /// [`Tracker::release_later`], so that memory is freed there and not where it is dropped.
     pub(crate) fn start(&self) {
         let mut state = self.shared.state.lock();
         if state.started || state.closed {
@@ -269,7 +281,7 @@ impl ReleaseQueue {
     }
 
     /// After an allocation failed for lack of memory: has the release thread wait for the
-    /// fences of everything parked so far and release it (with what that release frees in
+    /// points of everything parked so far and release it (with what that release frees in
     /// turn), and for what other threads are releasing (up to a second), and waits until it
     /// has. Returns whether anything was parked, i.e. whether retrying
     /// the allocation may succeed. Waits for nothing, and returns false, on a release thread,
@@ -299,7 +311,7 @@ impl ReleaseQueue {
     }
 
     /// Teardown, with nothing of the context left in use (nothing parked holds it any more):
-    /// stops the release thread, then releases what is still parked, waiting for its fences.
+    /// stops the release thread, then releases what is still parked, waiting for its points.
     pub(crate) fn teardown(&self) {
         self.shared.close();
         if let Some(handle) = self.thread.lock().take() {
@@ -336,7 +348,7 @@ impl ReleaseQueue {
     }
 
     /// What the exit hook does to every queue, for this one alone (for tests): the release
-    /// thread releases everything parked, waiting for the fences, and stops. The queue stays
+    /// thread releases everything parked, waiting for the points, and stops. The queue stays
     /// closed: what is parked later is released where it is parked.
     #[cfg(test)]
     pub(crate) fn close_as_at_exit(&self) {
@@ -351,8 +363,8 @@ impl ReleaseQueue {
     }
 }
 
-impl Drop for ReleaseQueue {
-    /// Tears the queue down if its owner did not (a no-op after [`ReleaseQueue::teardown`]).
+impl Drop for Tracker {
+    /// Tears the queue down if its owner did not (a no-op after [`Tracker::teardown`]).
     fn drop(&mut self) {
         self.teardown();
     }
@@ -368,7 +380,7 @@ impl Shared {
         }
     }
 
-    /// Releases what may be released now (fences passed, or parked before `idle_before` when
+    /// Releases what may be released now (points passed, or parked before `idle_before` when
     /// the context has been synchronized since), and what those releases park in turn, until
     /// nothing more is ready. The caller holds [`Exclusive`]. Returns how many batches it
     /// released.
@@ -401,7 +413,7 @@ impl Shared {
 
     /// Closes the queue at process exit: the release thread, if it runs (and unless it is the
     /// calling thread, or `hand` is false), releases everything parked before it stops, waiting
-    /// for the fences until `deadline`. Returns whether it will.
+    /// for the points until `deadline`. Returns whether it will.
     fn close_for_exit(&self, deadline: Instant, hand: bool) -> bool {
         let mut state = self.state.lock();
         state.closed = true;
@@ -416,9 +428,9 @@ impl Shared {
     }
 
     /// After `close`, with the thread stopped (or on the thread itself, at exit): releases
-    /// every batch, waiting for its fence first (until `device_deadline`, if any: at exit), in
-    /// parking order; batches whose fence did not pass (a capture that has not ended, work past
-    /// the deadline) are leaked. The fences are waited for without [`CAPTURE_LOCK`], which is
+    /// every batch, waiting for its point first (until `device_deadline`, if any: at exit), in
+    /// parking order; batches whose point did not pass (a capture that has not ended, work past
+    /// the deadline) are leaked. The points are waited for without [`CAPTURE_LOCK`], which is
     /// taken for each run of batches that are ready: other threads' releases (other contexts
     /// at exit) are waited for (until `device_deadline`), graph-rt's global-mode captures up to
     /// `patience`; if one still runs, everything left is leaked.
@@ -428,20 +440,20 @@ impl Shared {
             let Some(mut first) = self.state.lock().entries.pop_front() else {
                 return;
             };
-            // Waiting, and recording the event of a fence whose capture has ended, need the
+            // Waiting, and recording the event of a point whose capture has ended, need the
             // context (a parked drop may have made another one current).
             self.make_current();
-            if !wait_for(&mut first.fence, device_deadline) {
+            if !wait_for(&mut first.point, device_deadline) {
                 self.leak_unpassed(first, at_exit);
                 continue;
             }
-            // And the batches after it whose fences have passed meanwhile.
+            // And the batches after it whose points have passed meanwhile.
             let mut ready = vec![first];
             {
                 let mut state = self.state.lock();
                 while let Some(e) = state.entries.front_mut() {
-                    e.fence.refresh();
-                    if !e.fence.passed() {
+                    e.point.refresh();
+                    if !e.point.passed() {
                         break;
                     }
                     ready.extend(state.entries.pop_front());
@@ -474,7 +486,7 @@ impl Shared {
         }
     }
 
-    /// Leaks a batch whose fence has not passed (in [`Shared::release_everything`]).
+    /// Leaks a batch whose point has not passed (in [`Shared::release_everything`]).
     fn leak_unpassed(&self, e: Entry, at_exit: bool) {
         if at_exit {
             tracing::warn!("graph-rt: the device still uses a parked batch at exit: leaking it");
@@ -487,19 +499,19 @@ impl Shared {
         std::mem::forget(e.parked);
     }
 
-    /// Releases a batch parked on the closed queue, on this thread, once its fence has passed
+    /// Releases a batch parked on the closed queue, on this thread, once its point has passed
     /// (waiting for it until `device_deadline`, if any: at exit), holding [`CAPTURE_LOCK`]
     /// (taken after the wait, as [`Shared::release_everything`] takes it). One whose stream
-    /// still captures, whose fence has not passed by the deadline, or that a global-mode
+    /// still captures, whose point has not passed by the deadline, or that a global-mode
     /// capture of graph-rt keeps from being freed, is leaked: nothing can tell when the device
     /// stops using it, or freeing it would invalidate the capture.
-    fn release_in_place(&self, mut fence: Fence, parked: Vec<Parked>, deadline: Option<Instant>) {
+    fn release_in_place(&self, mut point: Point, parked: Vec<Parked>, deadline: Option<Instant>) {
         let at_exit = deadline.is_some();
-        if !wait_for(&mut fence, deadline) {
+        if !wait_for(&mut point, deadline) {
             return self.leak_unpassed(
                 Entry {
                     seq: 0,
-                    fence,
+                    point,
                     parked,
                 },
                 at_exit,
@@ -523,7 +535,7 @@ impl Shared {
                 return std::mem::forget(parked);
             }
         };
-        drop(fence);
+        drop(point);
         parked.into_iter().for_each(release_guarded);
         if at_exit {
             self.exit_released.fetch_add(1, Ordering::Relaxed);
@@ -531,27 +543,26 @@ impl Shared {
     }
 }
 
-/// Waits for `fence` to pass, until `deadline` if any. Returns false when it has not passed
+/// Waits for `point` to pass, until `deadline` if any. Returns false when it has not passed
 /// then, or cannot be waited for (a capture still running).
-fn wait_for(fence: &mut Fence, deadline: Option<Instant>) -> bool {
+fn wait_for(point: &mut Point, deadline: Option<Instant>) -> bool {
     match deadline {
-        Some(deadline) => fence.wait_until(deadline),
-        None => fence.wait(),
+        Some(deadline) => point.wait_until(deadline),
+        None => point.wait(),
     }
 }
 
-/// Takes the entries that may be released now (fences passed, or parked before
-/// `idle_before`), keeping the others in order. Fences of captures that have ended become
+/// Takes the entries that may be released now (points passed, or parked before
+/// `idle_before`), keeping the others in order. Points of captures that have ended become
 /// events first.
 fn take_ready(entries: &mut VecDeque<Entry>, idle_before: Option<u64>) -> Vec<Entry> {
     let mut done = Vec::new();
     let mut i = 0;
     while i < entries.len() {
         let e = &mut entries[i];
-        e.fence.refresh();
-        let idle =
-            idle_before.is_some_and(|m| e.seq < m) && !matches!(e.fence, Fence::Capturing(_));
-        if idle || e.fence.passed() {
+        e.point.refresh();
+        let idle = idle_before.is_some_and(|m| e.seq < m) && !e.point.is_capturing();
+        if idle || e.point.passed() {
             done.extend(entries.remove(i));
         } else {
             i += 1;
@@ -560,11 +571,11 @@ fn take_ready(entries: &mut VecDeque<Entry>, idle_before: Option<u64>) -> Vec<En
     done
 }
 
-/// Drops released batches, each fence first (outside the state lock: a parked drop may park
+/// Drops released batches, each point first (outside the state lock: a parked drop may park
 /// again).
 fn release(done: Vec<Entry>) {
     for e in done {
-        drop(e.fence);
+        drop(e.point);
         e.parked.into_iter().for_each(release_guarded);
     }
 }

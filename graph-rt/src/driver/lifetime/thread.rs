@@ -1,4 +1,4 @@
-//! The release thread of a context's queue: it releases each parked batch as soon as its fence
+//! The release thread of a context's queue: it releases each parked batch as soon as its point
 //! has passed, backing off up to a millisecond while none has, sleeps while nothing is parked,
 //! serves reclaims (an allocation out of memory), and at exit releases everything left.
 
@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 use parking_lot::MutexGuard;
 
-use super::fence::Fence;
 use super::lock::Exclusive;
+use super::point::Point;
 use super::{exit, Entry, Shared};
 
 /// The release thread's shortest and longest pause between polls while nothing has passed.
 const BACKOFF: (Duration, Duration) = (Duration::from_micros(20), Duration::from_millis(1));
 /// How long a reclaim waits for the batches other threads are releasing (`poll`,
-/// `synchronize`) to be released, past its own fences.
+/// `synchronize`) to be released, past its own points.
 pub(super) const RECLAIM_PATIENCE: Duration = Duration::from_secs(1);
 
 thread_local! {
@@ -33,12 +33,12 @@ pub(super) fn is_release_thread_of(shared: &Shared) -> bool {
     RELEASE_THREAD.try_with(Cell::get).unwrap_or(0) == shared as *const Shared as usize
 }
 
-/// The fences to wait for before releasing what was parked before `mark` (a reclaim).
-fn waits_before(entries: &VecDeque<Entry>, mark: u64) -> Vec<Fence> {
+/// The points to wait for before releasing what was parked before `mark` (a reclaim).
+fn waits_before(entries: &VecDeque<Entry>, mark: u64) -> Vec<Point> {
     entries
         .iter()
         .filter(|e| e.seq < mark)
-        .filter_map(|e| e.fence.waitable())
+        .filter_map(|e| e.point.waitable())
         .collect()
 }
 
@@ -82,8 +82,8 @@ fn release_until_closed(shared: &Shared) -> Option<Instant> {
                 // A reclaim: wait for the device first, without the capture lock (holding it
                 // would keep graph-rt's global-mode captures, and other contexts' releases,
                 // waiting for the device too).
-                for mut fence in waits {
-                    fence.wait();
+                for mut point in waits {
+                    point.wait();
                 }
                 // Waits for graph-rt's global-mode captures to end, checking for closing
                 // meanwhile (the context may be torn down by a thread that captures).

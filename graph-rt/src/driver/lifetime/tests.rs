@@ -1,8 +1,8 @@
-//! CPU tests of the queue's logic, with fake fences (flags) and no context: release order,
+//! CPU tests of the queue's logic, with fake points (flags) and no context: release order,
 //! the release thread working on its own, reclaims, teardown (also by the release thread,
 //! dropping the last holder of its own queue, as a context's last parked batch does) and exit
 //! (released by the release thread, or a thread started for it, never by the exiting thread),
-//! with several queues at once (fences waited for without the capture lock).
+//! with several queues at once (points waited for without the capture lock).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::fence::Fence;
 use super::lock::CAPTURE_LOCK;
-use super::{capture_lock, Parked, ReleaseQueue};
+use super::point::Point;
+use super::{capture_lock, Parked, Tracker};
 
 /// The tests share [`CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -29,31 +29,31 @@ impl Drop for Item {
     }
 }
 
-/// A fake fence, passed once set.
+/// A fake point, passed once set.
 fn flag() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(false))
 }
 
-fn park(queue: &ReleaseQueue, fence: &Arc<AtomicBool>, item: impl std::any::Any + Send) {
+fn park(queue: &Tracker, point: &Arc<AtomicBool>, item: impl std::any::Any + Send) {
     let parked: Vec<Parked> = vec![Box::new(item)];
-    queue.push(Fence::Fake(fence.clone()), parked);
+    queue.retire(Point::Fake(point.clone()), parked);
 }
 
 /// A queue of no context (its driver calls are skipped), with its thread not started.
-fn quiet_queue() -> ReleaseQueue {
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+fn quiet_queue() -> Tracker {
+    let q = Tracker::new(std::ptr::null_mut());
     // Counted as started without a thread: only the calls under test release.
     q.shared.state.lock().started = true;
     q
 }
 
 /// Waits up to 2 s for `done`.
-/// Sets `fences`, in order, from another thread after 30 ms (while the caller waits on them).
-fn pass_later(fences: &[&Arc<AtomicBool>]) -> std::thread::JoinHandle<()> {
-    let fences: Vec<Arc<AtomicBool>> = fences.iter().map(|f| Arc::clone(f)).collect();
+/// Sets `points`, in order, from another thread after 30 ms (while the caller waits on them).
+fn pass_later(points: &[&Arc<AtomicBool>]) -> std::thread::JoinHandle<()> {
+    let points: Vec<Arc<AtomicBool>> = points.iter().map(|f| Arc::clone(f)).collect();
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(30));
-        for f in fences {
+        for f in points {
             f.store(true, Ordering::Release);
         }
     })
@@ -72,16 +72,16 @@ fn poll_releases_what_passed_and_keeps_the_rest_in_order() {
     let _serial = SERIAL.lock();
     let q = quiet_queue();
     let log = Log::default();
-    let fences: Vec<_> = (0..4).map(|_| flag()).collect();
-    for (i, f) in fences.iter().enumerate() {
+    let points: Vec<_> = (0..4).map(|_| flag()).collect();
+    for (i, f) in points.iter().enumerate() {
         park(&q, f, Item(i as u32, log.clone()));
     }
-    fences[2].store(true, Ordering::Release);
-    fences[0].store(true, Ordering::Release);
+    points[2].store(true, Ordering::Release);
+    points[0].store(true, Ordering::Release);
     assert_eq!(q.poll(), 2);
     assert_eq!(*log.lock(), [0, 2]);
-    fences[3].store(true, Ordering::Release);
-    fences[1].store(true, Ordering::Release);
+    points[3].store(true, Ordering::Release);
+    points[1].store(true, Ordering::Release);
     assert_eq!(q.poll(), 0);
     assert_eq!(*log.lock(), [0, 2, 1, 3]);
 }
@@ -95,7 +95,7 @@ fn synchronized_releases_what_was_parked_before_its_mark() {
     park(&q, &before, Item(0, log.clone()));
     let mark = q.mark();
     park(&q, &after, Item(1, log.clone()));
-    // Neither fence passed: the context was idle at the mark, so the first batch may go.
+    // Neither point passed: the context was idle at the mark, so the first batch may go.
     assert_eq!(q.synchronized(mark), 1);
     assert_eq!(*log.lock(), [0]);
     after.store(true, Ordering::Release);
@@ -119,7 +119,7 @@ fn nothing_is_released_while_a_global_capture_runs() {
 }
 
 /// A parked batch whose release parks again (an exec's buffers), released in the same round.
-struct Reparks(Arc<ReleaseQueue>, Log);
+struct Reparks(Arc<Tracker>, Log);
 
 impl Drop for Reparks {
     fn drop(&mut self) {
@@ -130,7 +130,7 @@ impl Drop for Reparks {
 #[test]
 fn the_release_thread_releases_as_fences_pass_without_any_call() {
     let _serial = SERIAL.lock();
-    let q = Arc::new(ReleaseQueue::new(std::ptr::null_mut()));
+    let q = Arc::new(Tracker::new(std::ptr::null_mut()));
     let log = Log::default();
     let (a, b) = (flag(), flag());
     park(&q, &a, Reparks(q.clone(), log.clone()));
@@ -140,7 +140,7 @@ fn the_release_thread_releases_as_fences_pass_without_any_call() {
         "the first park starts the thread"
     );
     std::thread::sleep(Duration::from_millis(20));
-    assert!(log.lock().is_empty(), "released before its fence passed");
+    assert!(log.lock().is_empty(), "released before its point passed");
     b.store(true, Ordering::Release);
     eventually("the passed batch released", || *log.lock() == [1]);
     a.store(true, Ordering::Release);
@@ -165,7 +165,7 @@ impl Drop for Panics {
 #[test]
 fn a_panicking_release_leaves_the_thread_running() {
     let _serial = SERIAL.lock();
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     let log = Log::default();
     let f = flag();
     park(&q, &f, Panics);
@@ -180,20 +180,20 @@ fn a_panicking_release_leaves_the_thread_running() {
 #[test]
 fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
     let _serial = SERIAL.lock();
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     assert!(!q.reclaim(), "nothing parked: nothing to retry for");
     let log = Log::default();
-    let fences: Vec<_> = (0..3).map(|_| flag()).collect();
-    for (i, f) in fences.iter().enumerate() {
+    let points: Vec<_> = (0..3).map(|_| flag()).collect();
+    for (i, f) in points.iter().enumerate() {
         park(&q, f, Item(i as u32, log.clone()));
     }
     let setter = {
-        let fences = fences.clone();
+        let points = points.clone();
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
-            // The release thread waits for the fences without the capture lock.
+            // The release thread waits for the points without the capture lock.
             let free = !CAPTURE_LOCK.is_locked();
-            for f in fences.iter().rev() {
+            for f in points.iter().rev() {
                 f.store(true, Ordering::Release);
             }
             free
@@ -205,14 +205,14 @@ fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
     assert_eq!(q.reclaims(), 1);
     assert!(
         setter.join().unwrap(),
-        "the capture lock was held while waiting for the fences"
+        "the capture lock was held while waiting for the points"
     );
 }
 
 #[test]
 fn a_reclaim_waits_for_batches_another_thread_is_releasing() {
     let _serial = SERIAL.lock();
-    let q = Arc::new(ReleaseQueue::new(std::ptr::null_mut()));
+    let q = Arc::new(Tracker::new(std::ptr::null_mut()));
     q.start();
     // A batch taken by a `poll` on another thread, being released there.
     q.shared.state.lock().in_progress += 1;
@@ -242,7 +242,7 @@ fn a_reclaim_waits_for_batches_another_thread_is_releasing() {
 }
 
 /// Holds the queue, as a parked batch holds its context (whose teardown tears the queue down).
-struct Owner(ReleaseQueue);
+struct Owner(Tracker);
 
 impl Drop for Owner {
     fn drop(&mut self) {
@@ -264,7 +264,7 @@ impl Drop for HoldsOwner {
 #[test]
 fn the_last_parked_holder_tears_the_queue_down_on_its_release_thread() {
     let _serial = SERIAL.lock();
-    let owner = Arc::new(Owner(ReleaseQueue::new(std::ptr::null_mut())));
+    let owner = Arc::new(Owner(Tracker::new(std::ptr::null_mut())));
     let log = Log::default();
     let (f, later) = (flag(), flag());
     let holder = HoldsOwner {
@@ -272,7 +272,7 @@ fn the_last_parked_holder_tears_the_queue_down_on_its_release_thread() {
         log: log.clone(),
     };
     park(&owner.0, &f, holder);
-    // Parked without a holder: left for the teardown, which waits for its fence.
+    // Parked without a holder: left for the teardown, which waits for its point.
     park(&owner.0, &later, Item(3, log.clone()));
     let watch = owner.0.watch();
     drop(owner);
@@ -287,7 +287,7 @@ fn the_last_parked_holder_tears_the_queue_down_on_its_release_thread() {
 #[test]
 fn teardown_stops_the_thread_and_releases_everything() {
     let _serial = SERIAL.lock();
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     let log = Log::default();
     let f = flag();
     park(&q, &f, Item(0, log.clone()));
@@ -295,7 +295,7 @@ fn teardown_stops_the_thread_and_releases_everything() {
     q.teardown();
     assert_eq!(*log.lock(), [0]);
     assert!(!q.shared.state.lock().running);
-    // Closed: a later park is released where it is made, once its fence has passed.
+    // Closed: a later park is released where it is made, once its point has passed.
     park(&q, &f, Item(1, log.clone()));
     q.release_later(Box::new(Item(2, log.clone())));
     assert_eq!(*log.lock(), [0, 1, 2]);
@@ -306,7 +306,7 @@ fn teardown_stops_the_thread_and_releases_everything() {
 #[test]
 fn exit_stops_the_thread_and_releases_what_is_parked() {
     let _serial = SERIAL.lock();
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     let log = Log::default();
     let (f, g) = (flag(), flag());
     park(&q, &f, Item(0, log.clone()));
@@ -321,7 +321,7 @@ fn exit_stops_the_thread_and_releases_what_is_parked() {
     assert_eq!(released, [0, 1]);
     // Exit during a global capture: the thread stops, nothing is freed (the batch is leaked,
     // not released later with the queue).
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     let h = flag();
     park(&q, &h, Item(2, log.clone()));
     let capture = capture_lock();
@@ -348,12 +348,12 @@ impl Drop for Where {
 #[test]
 fn exit_releases_on_the_release_thread_not_on_the_exiting_one() {
     let _serial = SERIAL.lock();
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     let names = Arc::new(Mutex::new(Vec::new()));
     let (f, g) = (flag(), flag());
     park(&q, &f, Where(names.clone()));
     park(&q, &g, Where(names.clone()));
-    // The fences pass while the hook waits.
+    // The points pass while the hook waits.
     let setter = pass_later(&[&g, &f]);
     super::exit::close(&q.shared);
     assert_eq!(q.parked(), 0);
@@ -397,14 +397,14 @@ fn exit_leaks_what_the_device_still_uses_past_its_patience() {
     assert_eq!(*log.lock(), [1]);
 }
 
-/// Sets `fences` after `after`; returns whether the capture lock was free just before (nobody
-/// waited for a fence while holding it).
-fn set_later(fences: &[Arc<AtomicBool>], after: Duration) -> std::thread::JoinHandle<bool> {
-    let fences = fences.to_vec();
+/// Sets `points` after `after`; returns whether the capture lock was free just before (nobody
+/// waited for a point while holding it).
+fn set_later(points: &[Arc<AtomicBool>], after: Duration) -> std::thread::JoinHandle<bool> {
+    let points = points.to_vec();
     std::thread::spawn(move || {
         std::thread::sleep(after);
         let free = !CAPTURE_LOCK.is_locked();
-        for f in &fences {
+        for f in &points {
             f.store(true, Ordering::Release);
         }
         free
@@ -415,25 +415,23 @@ fn set_later(fences: &[Arc<AtomicBool>], after: Duration) -> std::thread::JoinHa
 fn queues_closed_at_exit_at_once_all_release_everything() {
     let _serial = SERIAL.lock();
     let log = Log::default();
-    let queues: Vec<_> = (0..3)
-        .map(|_| ReleaseQueue::new(std::ptr::null_mut()))
-        .collect();
-    let fences: Vec<_> = (0..3).map(|_| flag()).collect();
-    for (i, (q, f)) in queues.iter().zip(&fences).enumerate() {
+    let queues: Vec<_> = (0..3).map(|_| Tracker::new(std::ptr::null_mut())).collect();
+    let points: Vec<_> = (0..3).map(|_| flag()).collect();
+    for (i, (q, f)) in queues.iter().zip(&points).enumerate() {
         park(q, f, Item(i as u32, log.clone()));
         assert!(q.shared.state.lock().running);
     }
     // Longer than a release waits for a capture to end: the threads wait for one another's
-    // fences in vain if they wait holding the lock.
+    // points in vain if they wait holding the lock.
     let setter = set_later(
-        &fences,
+        &points,
         super::exit::CAPTURE_PATIENCE + Duration::from_millis(100),
     );
     let shared: Vec<_> = queues.iter().map(|q| q.shared.clone()).collect();
     super::exit::close_queues(&shared);
     assert!(
         setter.join().unwrap(),
-        "a fence was waited for holding the capture lock"
+        "a point was waited for holding the capture lock"
     );
     let mut released = log.lock().clone();
     released.sort();
@@ -451,15 +449,15 @@ fn queues_torn_down_at_once_all_release_everything() {
     let _serial = SERIAL.lock();
     let log = Log::default();
     let queues: Vec<_> = (0..3)
-        .map(|_| Arc::new(ReleaseQueue::new(std::ptr::null_mut())))
+        .map(|_| Arc::new(Tracker::new(std::ptr::null_mut())))
         .collect();
-    let fences: Vec<_> = (0..3).map(|_| flag()).collect();
-    for (i, (q, f)) in queues.iter().zip(&fences).enumerate() {
+    let points: Vec<_> = (0..3).map(|_| flag()).collect();
+    for (i, (q, f)) in queues.iter().zip(&points).enumerate() {
         park(q, f, Item(i as u32, log.clone()));
     }
     // Longer than teardown waits for a capture to end.
     let setter = set_later(
-        &fences,
+        &points,
         super::TEARDOWN_PATIENCE + Duration::from_millis(100),
     );
     let teardowns: Vec<_> = queues
@@ -472,7 +470,7 @@ fn queues_torn_down_at_once_all_release_everything() {
     teardowns.into_iter().for_each(|t| t.join().unwrap());
     assert!(
         setter.join().unwrap(),
-        "a fence was waited for holding the capture lock"
+        "a point was waited for holding the capture lock"
     );
     let mut released = log.lock().clone();
     released.sort();
@@ -506,7 +504,7 @@ fn a_batch_parked_on_a_queue_closed_at_exit_waits_until_the_deadline() {
 #[test]
 fn release_later_starts_the_release_thread_and_frees_nothing_during_a_capture() {
     let _serial = SERIAL.lock();
-    let q = ReleaseQueue::new(std::ptr::null_mut());
+    let q = Tracker::new(std::ptr::null_mut());
     let names = Arc::new(Mutex::new(Vec::new()));
     let capture = capture_lock();
     q.release_later(Box::new(Where(names.clone())));
@@ -568,4 +566,34 @@ fn the_exit_hook_is_registered_again_once_a_library_was_loaded() {
         }
     }
     eprintln!("every candidate library was loaded already: the re-registration is not exercised");
+}
+
+/// A timeline advanced by hand (a table's acknowledgements, in the tests).
+struct Counter(std::sync::atomic::AtomicU64);
+
+impl super::Progress for Counter {
+    fn reached(&self, at: u64) -> bool {
+        self.0.load(Ordering::Acquire) >= at
+    }
+}
+
+#[test]
+fn timeline_points_pass_as_their_timeline_advances_and_synchronize_releases_them() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let timeline = Arc::new(Counter(std::sync::atomic::AtomicU64::new(0)));
+    for at in 1..=3u32 {
+        let point = Point::Progress(timeline.clone(), u64::from(at));
+        q.retire(point, vec![Box::new(Item(at, log.clone()))]);
+    }
+    assert_eq!(q.poll(), 3);
+    timeline.0.store(2, Ordering::Release);
+    assert_eq!(q.poll(), 1, "the first two launches finished");
+    assert_eq!(*log.lock(), [1, 2]);
+    // A timeline that will not advance (its owner stopped launching): a synchronized context
+    // releases what was retired before it waited.
+    let mark = q.mark();
+    assert_eq!(q.synchronized(mark), 0);
+    assert_eq!(*log.lock(), [1, 2, 3]);
 }

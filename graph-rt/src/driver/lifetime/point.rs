@@ -1,0 +1,177 @@
+//! Completion points: what a retired batch waits for before it may be released — an event
+//! recorded after the last work on a stream that can use it, a count on a timeline the device
+//! advances (a table's acknowledgements), nothing, or the end of the capture its stream was in.
+//! One point covers what graph-rt retires: launches of one exec are ordered, whatever their
+//! streams, and a table launches on one stream.
+
+use std::sync::Arc;
+
+use graph_rt_sys::{CUevent, CUevent_flags, CUresult};
+
+use super::super::stream::StreamInner;
+use crate::driver::cu;
+use crate::error::Result;
+
+/// How long [`Point::wait`] polls a timeline before giving up.
+const PROGRESS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A timeline the device advances and the host reads without a driver call: a table's
+/// acknowledgements, which count its launches' refreshes.
+pub(crate) trait Progress: Send + Sync {
+    /// Whether every launch below `at` on this timeline has finished. Called by the tracker
+    /// with the context current, from any thread.
+    fn reached(&self, at: u64) -> bool;
+}
+
+/// When a retired batch may be released.
+#[derive(Clone)]
+pub(crate) enum Point {
+    /// Once this event (recorded after the last work that can use the batch) has completed, or
+    /// the context is known idle since the batch was parked. Shared, so that a thread can wait
+    /// for it outside the queue's lock while another releases the batch.
+    Event(Arc<RawEvent>),
+    /// At once: the batch's own release waits for the device where it must (`cuMemFree`).
+    None,
+    /// The stream of the last work was capturing, so no event could be recorded: one is
+    /// recorded once the capture has ended ([`Point::refresh`]).
+    Capturing(Arc<StreamInner>),
+    /// Once the timeline has reached this count.
+    Progress(Arc<dyn Progress>, u64),
+    /// CPU tests' stand-in for an event: passed once the flag is set.
+    #[cfg(test)]
+    Fake(Arc<std::sync::atomic::AtomicBool>),
+}
+
+/// An event graph-rt created for a point, destroyed when the last holder lets go.
+pub(crate) struct RawEvent(CUevent);
+
+// SAFETY: an event handle may be queried, waited for and destroyed from any thread.
+unsafe impl Send for RawEvent {}
+// SAFETY: as above; the handle is never changed.
+unsafe impl Sync for RawEvent {}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        // SAFETY: an event we created; its last holder is gone, so nothing waits for it.
+        let _ = unsafe { graph_rt_sys::cuEventDestroy(self.0) };
+    }
+}
+
+impl Point {
+    /// Whether the work the point follows has completed, without waiting. An event whose query
+    /// fails with anything but `CUDA_ERROR_NOT_READY` counts as passed: the context is broken
+    /// (a sticky error) and runs nothing any more, or the event cannot tell.
+    pub(crate) fn passed(&self) -> bool {
+        match self {
+            Point::None => true,
+            Point::Capturing(_) => false,
+            Point::Progress(timeline, at) => timeline.reached(*at),
+            Point::Event(event) => {
+                // SAFETY: a live event we created.
+                let query = unsafe { graph_rt_sys::cuEventQuery(event.0) };
+                !matches!(query, Ok(CUresult::CUDA_ERROR_NOT_READY))
+            }
+            #[cfg(test)]
+            Point::Fake(done) => done.load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    /// A handle to wait on outside the queue's lock, for the points that can be waited for.
+    pub(super) fn waitable(&self) -> Option<Point> {
+        match self {
+            Point::Event(_) => Some(self.clone()),
+            #[cfg(test)]
+            Point::Fake(_) => Some(self.clone()),
+            // A timeline advances with later launches, which may never come: not waited for.
+            Point::None | Point::Capturing(_) | Point::Progress(..) => None,
+        }
+    }
+
+    /// Blocks until the point has passed (`cuEventSynchronize`). Returns false for a point that
+    /// cannot be waited for: a capture still running, or a timeline that stops short of its
+    /// count. Call on a thread that is not capturing.
+    pub(super) fn wait(&mut self) -> bool {
+        self.refresh();
+        match self {
+            Point::None => true,
+            Point::Capturing(_) => false,
+            // Polled: its owner's drop ends the timeline with an event, which passes once the
+            // device is done. A timeline that never got one (its owner's drop found the context
+            // broken) is given up on after a second: what waits for it is leaked.
+            Point::Progress(timeline, at) => {
+                let deadline = std::time::Instant::now() + PROGRESS_PATIENCE;
+                while !timeline.reached(*at) {
+                    if std::time::Instant::now() > deadline {
+                        return false;
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+                true
+            }
+            Point::Event(event) => {
+                // SAFETY: a live event we created. An error (a broken context) ends the wait
+                // too: the device runs nothing any more.
+                let _ = unsafe { graph_rt_sys::cuEventSynchronize(event.0) };
+                true
+            }
+            #[cfg(test)]
+            Point::Fake(done) => {
+                while !done.load(std::sync::atomic::Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_micros(100));
+                }
+                true
+            }
+        }
+    }
+
+    /// As [`Point::wait`], giving up at `deadline` (polling): false when the point has not
+    /// passed by then, or cannot be waited for.
+    pub(super) fn wait_until(&mut self, deadline: std::time::Instant) -> bool {
+        self.refresh();
+        loop {
+            if self.passed() {
+                return true;
+            }
+            if self.is_capturing() || std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+
+    /// A [`Point::Capturing`] whose stream no longer captures becomes an event recorded now,
+    /// after the work queued before the capture. Others are left as they are.
+    pub(super) fn refresh(&mut self) {
+        if let Point::Capturing(stream) = self {
+            match point_after(stream) {
+                Ok(point) => *self = point,
+                // Cannot tell when the work ends: it stays for teardown, which waits for the
+                // device itself.
+                Err(e) => tracing::debug!(error = %e, "graph-rt: no point after a capture yet"),
+            }
+        }
+    }
+
+    /// Whether the point waits for a capture to end.
+    pub(super) fn is_capturing(&self) -> bool {
+        matches!(self, Point::Capturing(_))
+    }
+}
+
+/// A new event recorded at the current end of `stream`, or [`Point::Capturing`] while the
+/// stream captures (the record would become a node of the user's graph). The stream's context
+/// must be current.
+pub(crate) fn point_after(stream: &Arc<StreamInner>) -> Result<Point> {
+    let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    if stream.capture_status()? != none {
+        return Ok(Point::Capturing(stream.clone()));
+    }
+    let mut event = std::ptr::null_mut();
+    let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
+    // SAFETY: valid out-pointer; the context is current.
+    unsafe { cu!(cuEventCreate(&mut event, flags)) }?;
+    let event = RawEvent(event);
+    // SAFETY: a fresh event and a live stream of this context.
+    unsafe { cu!(cuEventRecord(event.0, stream.raw())) }?;
+    Ok(Point::Event(Arc::new(event)))
+}
