@@ -171,6 +171,18 @@ pub enum Misuse {
         /// The buffer's or view's elements.
         len: usize,
     },
+    /// A step's closure made a call through its scope that a capture refuses (a
+    /// synchronization, a host read, an upload): the step runs eagerly, or make the call
+    /// outside the step.
+    CaptureRefused {
+        /// The scope's call.
+        call: &'static str,
+    },
+    /// A step's closure did other work in one run than in another (node count, kernel, launch
+    /// dimensions, or an argument that is neither a declared buffer nor the same each run).
+    StepChanged,
+    /// A step's parameter that its closure does not read through the scope, or of another step.
+    UnknownParam,
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {

@@ -52,6 +52,7 @@ mod graph;
 mod launch;
 mod prelude;
 mod resource;
+pub mod step;
 pub mod table;
 pub mod timing;
 

@@ -293,6 +293,17 @@ impl<T: Pod> DeviceBuffer<T> {
         &self.alloc
     }
 
+    /// Another handle on the same elements, sharing the allocation (for a step's scope, which
+    /// hands its closure the buffer bound for the run).
+    pub(crate) fn alias(&self) -> Self {
+        Self {
+            ptr: self.ptr,
+            len: self.len,
+            alloc: self.alloc.clone(),
+            _t: PhantomData,
+        }
+    }
+
     /// The device address. Valid while `self` lives; do not free it.
     pub fn as_raw(&self) -> CUdeviceptr {
         self.ptr

@@ -141,6 +141,13 @@ impl Stream {
         self.inner.clone()
     }
 
+    /// Another handle on this stream (a step keeps one: the stream lives while it does).
+    pub(crate) fn handle(&self) -> Stream {
+        Stream {
+            inner: self.inner.clone(),
+        }
+    }
+
     pub(crate) fn inner(&self) -> &StreamInner {
         &self.inner
     }

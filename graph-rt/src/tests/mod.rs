@@ -18,6 +18,7 @@ mod prelude;
 mod programmatic;
 mod retention;
 mod runtime;
+mod step;
 mod table;
 mod table_forms;
 mod table_sets;

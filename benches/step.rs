@@ -1,0 +1,153 @@
+//! The step API's cost over the table it drives: a 200-kernel chain of table-form `add1`
+//! (PDL) with every pointer rebound each call, two buffer sets alternating, run through
+//! [`Step::run`] and, on the same kind of graph, through [`ArgTable::launch`] directly. Host µs
+//! of binding + launching (no synchronize in the timed part) and wall µs per synchronized call,
+//! interleaved, medians.
+
+use std::time::Instant;
+
+use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams};
+use graph_rt::table::PtrSlot;
+use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+
+mod common;
+
+const ELEMS: usize = 4096;
+const NODES: usize = 200;
+
+fn main() {
+    let ctx = match Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("step bench skipped: {e}");
+            return;
+        }
+    };
+    if ctx
+        .device()
+        .compute_capability()
+        .map_or(true, |cc| cc.0 < 9)
+    {
+        eprintln!("step bench skipped: programmatic dependent launch needs compute capability 9.0");
+        return;
+    }
+    let stream = Stream::new(&ctx).expect("stream");
+    let f = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx)
+        .and_then(|m| m.function("add1"))
+        .expect("add1");
+    let cfg = LaunchConfig::for_elements(ELEMS, 256).programmatic_stream_serialization();
+    let sets: Vec<Vec<DeviceBuffer<f32>>> = (0..2)
+        .map(|_| {
+            (0..=NODES)
+                .map(|_| DeviceBuffer::zeroed(&ctx, ELEMS).expect("alloc"))
+                .collect()
+        })
+        .collect();
+
+    // Through the step API.
+    let mut params = StepParams::new(&ctx, 256).expect("params");
+    let bufs: Vec<Buf<f32>> = (0..=NODES)
+        .map(|_| params.buffer(ELEMS).expect("declare"))
+        .collect();
+    for (p, b) in bufs.iter().zip(&sets[0]) {
+        params.bind(p, b).expect("bind");
+    }
+    let step = Step::new(&stream, params, StepOptions::default(), |s| {
+        for k in 0..NODES {
+            // SAFETY: add1 over ELEMS floats through slots bound to distinct ELEMS-float buffers.
+            unsafe { s.launch(&f, &cfg, (bufs[k].slot(), bufs[k + 1].slot(), ELEMS as i32))? };
+        }
+        Ok(())
+    })
+    .expect("step");
+    assert!(
+        matches!(step.mode(), StepMode::Graph { .. }),
+        "{:?}",
+        step.mode()
+    );
+
+    // The same chain through a table directly.
+    let mut table = ArgTable::new(&ctx, graph_rt::TableOptions::default()).expect("table");
+    let slots: Vec<PtrSlot<f32>> = (0..=NODES)
+        .map(|_| table.ptr_slot().expect("slot"))
+        .collect();
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            table.record_refresh(s)?;
+            for k in 0..NODES {
+                // SAFETY: as above.
+                unsafe { s.launch(&f, &cfg, (&slots[k], &slots[k + 1], ELEMS as i32))? };
+            }
+            Ok(())
+        })
+        .expect("capture");
+    let exec = graph.instantiate().expect("instantiate");
+
+    let step = std::cell::RefCell::new(step);
+    let table = std::cell::RefCell::new(table);
+    let (mut a, mut b, mut c, mut d) = (0usize, 0usize, 0usize, 0usize);
+    let step_call = |turn: usize| {
+        let mut s = step.borrow_mut();
+        for (p, buf) in bufs.iter().zip(&sets[turn % 2]) {
+            s.bind(p, buf).expect("bind");
+        }
+        s.run().expect("run");
+    };
+    let table_call = |turn: usize| {
+        let mut t = table.borrow_mut();
+        for (slot, buf) in slots.iter().zip(&sets[turn % 2]) {
+            t.bind(slot, buf).expect("bind");
+        }
+        t.launch(&exec, &stream).expect("launch");
+    };
+    let timed = |call: &dyn Fn(usize), turn: usize, wall: bool| {
+        let t = Instant::now();
+        call(turn);
+        if wall {
+            stream.synchronize().expect("sync");
+        }
+        let us = t.elapsed().as_secs_f64() * 1e6;
+        stream.synchronize().expect("sync");
+        us
+    };
+    let variants: Vec<common::Variant> = vec![
+        (
+            "step: bind 201 + run, host",
+            Box::new(|| {
+                a += 1;
+                timed(&step_call, a, false)
+            }),
+        ),
+        (
+            "table: bind 201 + launch, host",
+            Box::new(|| {
+                b += 1;
+                timed(&table_call, b, false)
+            }),
+        ),
+        (
+            "step: bind 201 + run, wall",
+            Box::new(|| {
+                c += 1;
+                timed(&step_call, c, true)
+            }),
+        ),
+        (
+            "table: bind 201 + launch, wall",
+            Box::new(|| {
+                d += 1;
+                timed(&table_call, d, true)
+            }),
+        ),
+    ];
+    let m = common::interleave(400, variants);
+    let get = |n: &str| m.iter().find(|(k, _)| *k == n).map_or(f64::NAN, |v| v.1);
+    for (name, us) in &m {
+        println!("step: {name} {us:.2} µs");
+    }
+    println!(
+        "step: {NODES}-kernel step, every pointer rebound (two sets alternating) ÷ the same graph through ArgTable::launch: host {:.3}×, wall {:.3}×",
+        get("step: bind 201 + run, host") / get("table: bind 201 + launch, host"),
+        get("step: bind 201 + run, wall") / get("table: bind 201 + launch, wall"),
+    );
+}

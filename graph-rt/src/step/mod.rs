@@ -1,0 +1,269 @@
+//! One step, captured once and replayed with one call: the user's closure enqueues the step's
+//! work through a [`StepScope`] — graph-rt's kernels, table-form and Triton kernels, cuBLAS,
+//! copies — and [`StepParams`] declares what changes between calls: buffers ([`Buf`]) and
+//! scalars ([`Scalar`]).
+//!
+//! [`Step::new`] runs the closure eagerly first (the warm-up: modules loaded, cuBLAS's one-time
+//! setup done; a call through the scope that a capture refuses — a synchronization, a host
+//! read, an upload — is noted here, before any capture, and the step then runs eagerly, saying
+//! which call). Then it captures the closure twice, the second time with stand-ins for the
+//! declared buffers, and discovers where the captured kernels take those buffers
+//! ([`discover_graphs`](crate::foreign::discover_graphs)): kernels graph-rt cannot rewrite
+//! (cuBLAS, plain launches) get their words rewritten at every replay by the in-graph prelude
+//! ([`Prelude`](crate::foreign::Prelude)), table-form kernels read the slots themselves. Work
+//! that differs between the two captures beyond the declared buffers (node count, kernels,
+//! by-value arguments) is refused as [`Misuse::StepChanged`](crate::Misuse::StepChanged). A
+//! capture that fails makes the step run eagerly, with the error in its report
+//! ([`StepOptions::fail_on_capture_error`] makes it an error instead); the context stays usable.
+//!
+//! Each call then binds ([`Step::bind`], [`Step::set`]) and launches ([`Step::run`]): one
+//! launch through the step's table, which keeps every bound buffer alive until the replays that
+//! may read it have finished.
+//!
+//! The mechanism is the device-updatable mix: table forms and the prelude, one exec, no
+//! host-side node updates (the layer stack's best measured mix). The cost model's choice among
+//! mixes, PDL edges, and re-capture when the closure's work changes later are not done yet.
+
+mod params;
+mod scope;
+
+pub use params::{Buf, Scalar, StepParams};
+pub use scope::StepScope;
+
+use bytemuck::Pod;
+
+use self::scope::Run;
+use crate::driver::{DeviceBuffer, Stream};
+use crate::error::{Error, Misuse, Result};
+use crate::foreign::{discover_graphs, Dynamic, Prelude, PreludeMode, PreludeOptions};
+use crate::graph::{CaptureMode, GraphExec};
+use crate::table::SlotScalar;
+
+/// How [`Step::new`] builds the step.
+#[derive(Debug, Clone, Default)]
+pub struct StepOptions {
+    /// Run every call eagerly (no capture): for comparisons and debugging.
+    pub eager: bool,
+    /// A capture that fails is returned as the error, instead of the step running eagerly.
+    pub fail_on_capture_error: bool,
+    /// How the prelude rewrites the words of kernels graph-rt cannot rewrite.
+    pub prelude: PreludeOptions,
+}
+
+/// Why a step runs eagerly.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum EagerReason {
+    /// [`StepOptions::eager`] asked for it.
+    Asked,
+    /// The closure made this call through the scope, which a capture refuses.
+    Refused(&'static str),
+    /// The capture failed with this error.
+    CaptureFailed(Error),
+}
+
+/// How a step runs its calls.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StepMode {
+    /// Replays of one captured graph.
+    Graph {
+        /// Kernel nodes of the graph (the table's refresh included).
+        kernel_nodes: usize,
+        /// Words of kernels graph-rt cannot rewrite that the prelude rewrites at each replay.
+        patched_words: usize,
+        /// Where the prelude rewrites them (`None` when no such word exists).
+        prelude: Option<PreludeMode>,
+    },
+    /// The closure, run eagerly at each call.
+    Eager(EagerReason),
+}
+
+/// The captured step: its exec, and the prelude that rewrites the foreign kernels' words.
+struct Graphed {
+    exec: GraphExec,
+    prelude: Option<Prelude>,
+}
+
+/// A step: a closure captured once and replayed with one call, rebound through its parameters
+/// (see the [module docs](self)).
+pub struct Step<F> {
+    stream: Stream,
+    params: StepParams,
+    body: F,
+    // `None`: every call runs the closure eagerly.
+    graph: Option<Graphed>,
+    report: StepMode,
+}
+
+impl<F> std::fmt::Debug for Step<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Step")
+            .field("mode", &self.report)
+            .field("params", &self.params)
+            .finish()
+    }
+}
+
+impl<F> Step<F>
+where
+    F: FnMut(&StepScope<'_>) -> Result<()>,
+{
+    /// Makes the step of `body` on `stream` with `params` (every declared buffer bound): runs
+    /// it eagerly once, then captures it (see the [module docs](self)).
+    pub fn new(stream: &Stream, params: StepParams, options: StepOptions, body: F) -> Result<Self> {
+        let mut step = Self {
+            stream: stream.handle(),
+            params,
+            body,
+            graph: None,
+            report: StepMode::Eager(EagerReason::Asked),
+        };
+        if step.params.ctx.as_raw() != stream.context().as_raw() {
+            return Err(Error::misuse(
+                "Step::new",
+                Misuse::OtherContext,
+                "the stream belongs to another context than the step's parameters",
+            ));
+        }
+        let dyn_first = step.params.dynamic()?;
+        let refused = step.eager_run()?;
+        if let Some(call) = refused {
+            step.report = StepMode::Eager(EagerReason::Refused(call));
+            return Ok(step);
+        }
+        if options.eager {
+            return Ok(step);
+        }
+        match step.capture(&dyn_first, &options) {
+            Ok((graph, report)) => {
+                step.graph = Some(graph);
+                step.report = report;
+                Ok(step)
+            }
+            Err(e) if is_capture_failure(&e) && !options.fail_on_capture_error => {
+                step.report = StepMode::Eager(EagerReason::CaptureFailed(e));
+                Ok(step)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs the closure eagerly on the step's stream, after an eager refresh of the table.
+    /// Returns the first call it made that a capture refuses.
+    fn eager_run(&mut self) -> Result<Option<&'static str>> {
+        if !self.params.table.is_empty() {
+            self.params.table.refresh(&self.stream)?;
+        }
+        let scope = StepScope::new(Run::Eager(&self.stream), &self.params, None);
+        (self.body)(&scope)?;
+        Ok(scope.refused.get())
+    }
+
+    /// Captures the closure with the bindings made now and with stand-ins, discovers the
+    /// declared buffers' words, installs the prelude where needed, instantiates.
+    fn capture(
+        &mut self,
+        dyn_first: &[Dynamic],
+        options: &StepOptions,
+    ) -> Result<(Graphed, StepMode)> {
+        let stand_ins = self.params.stand_ins()?;
+        let dyn_second: Vec<Dynamic> = stand_ins
+            .iter()
+            .zip(dyn_first)
+            .map(|(b, d)| Dynamic {
+                base: b.base,
+                len: d.len,
+            })
+            .collect();
+        let (params, body, stream) = (&mut self.params, &mut self.body, &self.stream);
+        let mut capture = |stand: Option<&[params::Bound]>| {
+            stream.capture(CaptureMode::Global, |s| {
+                if !params.table.is_empty() {
+                    params.table.record_refresh(s)?;
+                }
+                body(&StepScope::new(Run::Capture(s), params, stand))
+            })
+        };
+        let mut first = capture(None)?;
+        let second = capture(Some(&stand_ins))?;
+        let (snapshots, discovery) = discover_graphs(&first, &second, dyn_first, &dyn_second)
+            .map_err(|e| changed(format!("{e}")))?;
+        drop((second, stand_ins));
+        if let Some(u) = discovery.unexplained.first() {
+            return Err(changed(format!(
+                "{} difference(s) between two captures are not declared buffers (first: {u:?}); declare them, or keep them the same each run",
+                discovery.unexplained.len()
+            )));
+        }
+        let kernel_nodes = snapshots.len();
+        let patched_words = discovery.patches.len();
+        let prelude = if patched_words > 0 {
+            let slots: Vec<_> = self.params.params.iter().map(|p| p.slot).collect();
+            Some(Prelude::install(
+                &mut first,
+                &self.params.table,
+                &snapshots,
+                &discovery,
+                dyn_first,
+                &slots,
+                options.prelude,
+            )?)
+        } else {
+            None
+        };
+        let exec = first.instantiate()?;
+        let report = StepMode::Graph {
+            kernel_nodes,
+            patched_words,
+            prelude: prelude.as_ref().map(|p| p.report().mode.clone()),
+        };
+        Ok((Graphed { exec, prelude }, report))
+    }
+
+    /// Runs one call of the step with the bindings made so far: one launch of its graph, or
+    /// the closure run eagerly.
+    pub fn run(&mut self) -> Result<()> {
+        let table = &mut self.params.table;
+        match &mut self.graph {
+            Some(Graphed {
+                exec,
+                prelude: Some(p),
+            }) => p.launch(table, exec, &self.stream),
+            Some(Graphed { exec, .. }) if table.is_empty() => exec.launch(&self.stream),
+            Some(Graphed { exec, .. }) => table.launch(exec, &self.stream),
+            None => self.eager_run().map(drop),
+        }
+    }
+
+    /// Binds `buffer` to `param` for the calls that follow (kept alive while a call may read
+    /// it).
+    pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
+        self.params.bind(param, buffer)
+    }
+
+    /// Sets `param` to `value` for the calls that follow.
+    pub fn set<T: SlotScalar>(&mut self, param: &Scalar<T>, value: T) -> Result<()> {
+        self.params.set(param, value)
+    }
+
+    /// How the step runs its calls, and why.
+    pub fn mode(&self) -> &StepMode {
+        &self.report
+    }
+
+    /// The step's stream.
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+}
+
+fn changed(reason: String) -> Error {
+    Error::misuse("Step::new", Misuse::StepChanged, reason)
+}
+
+/// Whether `e` is a capture's failure (rather than the closure's own error, which the eager
+/// run would have met first).
+fn is_capture_failure(e: &Error) -> bool {
+    matches!(e, Error::Capture { .. })
+}

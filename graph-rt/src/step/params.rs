@@ -1,0 +1,235 @@
+//! What changes between a step's calls: its declared buffers and scalars, each a slot of the
+//! step's argument table, and the buffers bound to them now.
+
+use std::any::Any;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytemuck::Pod;
+use graph_rt_sys::CUdeviceptr;
+
+use crate::driver::{Context, DeviceBuffer};
+use crate::error::{Error, Misuse, Result};
+use crate::foreign::Dynamic;
+use crate::table::{PtrSlot, ScalarSlot, SlotRef, SlotScalar};
+use crate::{ArgTable, TableOptions};
+
+/// Identifies the parameter lists of steps; never reused.
+static NEXT_STEP_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A buffer of `T` declared to change between a step's calls (see [`StepParams::buffer`]).
+/// Pass it to [`StepScope::buffer`](super::StepScope::buffer) inside the closure, or its
+/// [`Buf::slot`] to a table-form kernel.
+pub struct Buf<T> {
+    pub(super) step: u64,
+    pub(super) index: usize,
+    slot: PtrSlot<T>,
+}
+
+impl<T> Clone for Buf<T> {
+    fn clone(&self) -> Self {
+        Self {
+            step: self.step,
+            index: self.index,
+            slot: self.slot.clone(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Buf<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buf").field("index", &self.index).finish()
+    }
+}
+
+impl<T> Buf<T> {
+    /// The table slot behind the buffer, for table-form kernels (which read the slot, so their
+    /// replays follow every rebinding with no patching).
+    pub fn slot(&self) -> &PtrSlot<T> {
+        &self.slot
+    }
+}
+
+/// A scalar of `T` declared to change between a step's calls, such as a decode position (see
+/// [`StepParams::scalar`]). Table-form kernels read it through [`Scalar::slot`]; kernels
+/// graph-rt cannot rewrite cannot take it (their by-value arguments are baked into the graph:
+/// such a step is refused as [`Misuse::StepChanged`]).
+pub struct Scalar<T> {
+    pub(super) step: u64,
+    slot: ScalarSlot<T>,
+}
+
+impl<T> Clone for Scalar<T> {
+    fn clone(&self) -> Self {
+        Self {
+            step: self.step,
+            slot: self.slot.clone(),
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for Scalar<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scalar").finish()
+    }
+}
+
+impl<T> Scalar<T> {
+    /// The table slot behind the scalar, for table-form kernels.
+    pub fn slot(&self) -> &ScalarSlot<T> {
+        &self.slot
+    }
+}
+
+/// A buffer bound to a declared parameter: another handle on it (for the closure) and its range.
+pub(super) struct Bound {
+    /// A `DeviceBuffer<T>` of the parameter's `T`.
+    pub(super) buffer: Box<dyn Any + Send + Sync>,
+    pub(super) base: CUdeviceptr,
+    pub(super) len: usize,
+}
+
+/// A declared buffer: its slot, the bytes its kernels read, how to allocate a stand-in.
+pub(super) struct Param {
+    pub(super) slot: SlotRef,
+    pub(super) min_bytes: usize,
+    pub(super) bound: Option<Bound>,
+    /// A stand-in of `len` elements (the second capture's, for discovery).
+    pub(super) stand_in: fn(&Context, usize) -> Result<Bound>,
+}
+
+fn stand_in<T: Pod>(ctx: &Context, len: usize) -> Result<Bound> {
+    let b = DeviceBuffer::<T>::zeroed(ctx, len)?;
+    Ok(Bound {
+        base: b.as_raw(),
+        len: b.len(),
+        buffer: Box::new(b),
+    })
+}
+
+/// The parameters of a step: the buffers and scalars that change between its calls, declared
+/// before the step is made, each bound before its first call.
+pub struct StepParams {
+    pub(super) id: u64,
+    pub(super) ctx: Context,
+    pub(super) table: ArgTable,
+    pub(super) params: Vec<Param>,
+}
+
+impl std::fmt::Debug for StepParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepParams")
+            .field("buffers", &self.params.len())
+            .field("table", &self.table)
+            .finish()
+    }
+}
+
+impl StepParams {
+    /// Parameters of a step in `ctx`, held in an argument table of up to `capacity` slots
+    /// (buffers and scalars).
+    pub fn new(ctx: &Context, capacity: usize) -> Result<Self> {
+        let options = TableOptions {
+            capacity,
+            ..TableOptions::default()
+        };
+        Ok(Self {
+            id: NEXT_STEP_ID.fetch_add(1, Ordering::Relaxed),
+            ctx: ctx.clone(),
+            table: ArgTable::new(ctx, options)?,
+            params: Vec::new(),
+        })
+    }
+
+    /// Declares a buffer of at least `min_len` elements of `T`, 16-byte aligned (libraries pick
+    /// kernels by their operands' alignment), that changes between calls. Kernels of the step
+    /// may read its first `min_len` elements: declare the length they read.
+    pub fn buffer<T: Pod>(&mut self, min_len: usize) -> Result<Buf<T>> {
+        if min_len == 0 || std::mem::size_of::<T>() == 0 {
+            return Err(Error::invalid(
+                "StepParams::buffer",
+                "a declared buffer holds at least one element of a sized type",
+            ));
+        }
+        let slot = self.table.ptr_slot_with::<T>(16, min_len)?;
+        let index = self.params.len();
+        self.params.push(Param {
+            slot: slot.erased(),
+            min_bytes: min_len * std::mem::size_of::<T>(),
+            bound: None,
+            stand_in: stand_in::<T>,
+        });
+        Ok(Buf {
+            step: self.id,
+            index,
+            slot,
+        })
+    }
+
+    /// Declares a scalar that changes between calls.
+    pub fn scalar<T: SlotScalar>(&mut self) -> Result<Scalar<T>> {
+        Ok(Scalar {
+            step: self.id,
+            slot: self.table.scalar_slot::<T>()?,
+        })
+    }
+
+    /// Binds `buffer` to `param` for the calls that follow (kept alive while a replay may read
+    /// it, whatever the caller drops).
+    pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
+        self.own(param.step, "StepParams::bind")?;
+        self.table.bind(&param.slot, buffer)?;
+        self.params[param.index].bound = Some(Bound {
+            base: buffer.as_raw(),
+            len: buffer.len(),
+            buffer: Box::new(buffer.alias()),
+        });
+        Ok(())
+    }
+
+    /// Sets `param` to `value` for the calls that follow.
+    pub fn set<T: SlotScalar>(&mut self, param: &Scalar<T>, value: T) -> Result<()> {
+        self.own(param.step, "StepParams::set")?;
+        self.table.set_scalar(&param.slot, value)
+    }
+
+    pub(super) fn own(&self, step: u64, call: &'static str) -> Result<()> {
+        if step != self.id {
+            return Err(Error::misuse(
+                call,
+                Misuse::UnknownParam,
+                "the parameter was declared for another step",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The buffers bound now, as discovery's dynamic ranges (the bytes the kernels read).
+    pub(super) fn dynamic(&self) -> Result<Vec<Dynamic>> {
+        self.params
+            .iter()
+            .enumerate()
+            .map(|(k, p)| match &p.bound {
+                Some(b) => Ok(Dynamic {
+                    base: b.base,
+                    len: p.min_bytes as u64,
+                }),
+                None => Err(Error::misuse(
+                    "Step::new",
+                    Misuse::Unbound { slot: k },
+                    format!("declared buffer {k} is not bound"),
+                )),
+            })
+            .collect()
+    }
+
+    /// A stand-in for every declared buffer, as long as the one bound now.
+    pub(super) fn stand_ins(&self) -> Result<Vec<Bound>> {
+        self.params
+            .iter()
+            .map(|p| {
+                let len = p.bound.as_ref().map_or(0, |b| b.len).max(1);
+                (p.stand_in)(&self.ctx, len)
+            })
+            .collect()
+    }
+}

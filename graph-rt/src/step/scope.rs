@@ -1,0 +1,231 @@
+//! What a step's closure enqueues its work through: one scope for the eager runs and for the
+//! captures, so that the same closure does both, and so that a call a capture would refuse is
+//! seen in the eager warm-up, before any capture.
+
+use std::cell::Cell;
+
+use bytemuck::Pod;
+
+use super::params::{Bound, Buf, StepParams};
+use crate::cublas::Cublas;
+use crate::driver::{DeviceBuffer, Function, Stream};
+use crate::error::{Error, Misuse, Result};
+use crate::graph::CaptureScope;
+use crate::launch::{KernelArgs, LaunchConfig};
+use crate::table::TableKernel;
+use crate::triton::{TritonArg, TritonKernel};
+
+/// Where a run of the closure goes.
+pub(super) enum Run<'a> {
+    /// Eagerly, on the step's stream, after an eager refresh of the step's table.
+    Eager(&'a Stream),
+    /// Into a capture of the step's stream, after the table's refresh node.
+    Capture(&'a CaptureScope<'a>),
+}
+
+/// The scope a step's closure enqueues one step through: kernels of graph-rt (plain, table
+/// form, Triton), cuBLAS, copies, and the buffers bound to the step's declared parameters.
+/// The same closure runs eagerly (the warm-up, and every call of a step that runs eagerly) and
+/// into the step's captures.
+pub struct StepScope<'a> {
+    run: Run<'a>,
+    params: &'a StepParams,
+    // The second capture's stand-ins for the declared buffers (discovery), if this is it.
+    stand_ins: Option<&'a [Bound]>,
+    // The first call made through the scope that a capture refuses.
+    pub(super) refused: Cell<Option<&'static str>>,
+    // Eager: the next kernel is the first after the table's refresh, which must not start
+    // before the refresh has finished (so: not programmatically).
+    after_refresh: Cell<bool>,
+}
+
+impl<'a> StepScope<'a> {
+    pub(super) fn new(
+        run: Run<'a>,
+        params: &'a StepParams,
+        stand_ins: Option<&'a [Bound]>,
+    ) -> Self {
+        Self {
+            run,
+            params,
+            stand_ins,
+            refused: Cell::new(None),
+            after_refresh: Cell::new(true),
+        }
+    }
+
+    /// The step's stream.
+    pub fn stream(&self) -> &Stream {
+        match &self.run {
+            Run::Eager(s) => s,
+            Run::Capture(c) => c.stream(),
+        }
+    }
+
+    /// Whether this run is being captured (rather than run eagerly).
+    pub fn is_capturing(&self) -> bool {
+        matches!(self.run, Run::Capture(_))
+    }
+
+    /// The buffer bound to `param` for this run: another handle on the same allocation (in the
+    /// second capture, which graph-rt makes to find where the step's kernels take their
+    /// buffers, a stand-in of the same length). Use it for this run only.
+    pub fn buffer<T: Pod>(&self, param: &Buf<T>) -> Result<DeviceBuffer<T>> {
+        const CALL: &str = "StepScope::buffer";
+        self.params.own(param.step, CALL)?;
+        let bound = match self.stand_ins {
+            Some(s) => s.get(param.index),
+            None => self.params.params[param.index].bound.as_ref(),
+        };
+        let Some(bound) = bound else {
+            return Err(Error::misuse(
+                CALL,
+                Misuse::Unbound { slot: param.index },
+                format!("declared buffer {} is not bound", param.index),
+            ));
+        };
+        match bound.buffer.downcast_ref::<DeviceBuffer<T>>() {
+            Some(b) => Ok(b.alias()),
+            None => Err(Error::misuse(
+                CALL,
+                Misuse::UnknownParam,
+                "the parameter's element type is not the one it was declared with",
+            )),
+        }
+    }
+
+    /// The configuration of the next eager kernel: the first after the refresh not
+    /// programmatic.
+    fn eager_config(&self, config: &LaunchConfig) -> LaunchConfig {
+        if self.after_refresh.replace(false) {
+            config.without_programmatic()
+        } else {
+            *config
+        }
+    }
+
+    /// Launches (eagerly) or records (in a capture) `f` over `args`, as
+    /// [`Stream::launch`] and [`CaptureScope::launch`]. Its buffer arguments taken from
+    /// [`StepScope::buffer`] are rebound on every call by the in-graph prelude.
+    ///
+    /// # Safety
+    /// As [`Stream::launch`], for this run and every replay.
+    pub unsafe fn launch<A: KernelArgs>(
+        &self,
+        f: &Function,
+        config: &LaunchConfig,
+        args: A,
+    ) -> Result<()> {
+        match &self.run {
+            // SAFETY: forwarded to the caller.
+            Run::Eager(s) => unsafe { s.launch(f, &self.eager_config(config), args) },
+            // SAFETY: forwarded to the caller.
+            Run::Capture(c) => unsafe { c.launch(f, config, args) }.map(drop),
+        }
+    }
+
+    /// Launches or records a table-form kernel; its slot arguments (from [`Buf::slot`] and
+    /// [`Scalar::slot`](super::Scalar::slot)) follow every rebinding with no patching.
+    ///
+    /// # Safety
+    /// As [`TableKernel::launch`], for this run and every replay.
+    pub unsafe fn launch_table(
+        &self,
+        kernel: &TableKernel,
+        config: &LaunchConfig,
+        args: impl KernelArgs,
+    ) -> Result<()> {
+        match &self.run {
+            // SAFETY: forwarded to the caller.
+            Run::Eager(s) => unsafe { kernel.launch(s, &self.eager_config(config), args) },
+            // SAFETY: forwarded to the caller.
+            Run::Capture(c) => unsafe { kernel.record(c, config, args) }.map(drop),
+        }
+    }
+
+    /// Launches or records a Triton kernel over a grid of `grid` programs.
+    ///
+    /// # Safety
+    /// As [`TritonKernel::launch`], for this run and every replay.
+    pub unsafe fn launch_triton(
+        &self,
+        kernel: &TritonKernel,
+        grid: [u32; 3],
+        args: &[TritonArg<'_>],
+    ) -> Result<()> {
+        match &self.run {
+            Run::Eager(s) => {
+                if self.after_refresh.replace(false) {
+                    // SAFETY: forwarded to the caller.
+                    unsafe { kernel.launch_after_refresh(s, grid, args) }
+                } else {
+                    // SAFETY: forwarded to the caller.
+                    unsafe { kernel.launch(s, grid, args) }
+                }
+            }
+            // SAFETY: forwarded to the caller.
+            Run::Capture(c) => unsafe { kernel.record(c, grid, args) }.map(drop),
+        }
+    }
+
+    /// Runs `gemms`, GEMMs of `blas` (a handle on the step's stream): eagerly, or recorded into
+    /// the capture with their buffers and workspace kept alive ([`Cublas::record`]). Their
+    /// buffers taken from [`StepScope::buffer`] are rebound on every call by the prelude.
+    pub fn cublas<R>(&self, blas: &Cublas, gemms: impl FnOnce(&Cublas) -> Result<R>) -> Result<R> {
+        self.after_refresh.set(false);
+        match &self.run {
+            Run::Eager(_) => gemms(blas),
+            Run::Capture(c) => blas.record(c, gemms),
+        }
+    }
+
+    /// Copies `src` into `dst` (same lengths) on the step's stream.
+    pub fn copy<T: Pod>(&self, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
+        self.after_refresh.set(false);
+        match &self.run {
+            // SAFETY: both buffers' memory outlives the copy: a dropped buffer's memory is
+            // freed only once the device's work is done.
+            Run::Eager(s) => unsafe { dst.copy_from_device_async(src, s) },
+            Run::Capture(c) => c.copy(dst, src).map(drop),
+        }
+    }
+
+    /// A call a capture refuses: noted in an eager run (the step then runs eagerly, and says
+    /// why), refused in a capture.
+    fn refuse(&self, call: &'static str) -> Result<()> {
+        match self.run {
+            Run::Eager(_) => {
+                if self.refused.get().is_none() {
+                    self.refused.set(Some(call));
+                }
+                Ok(())
+            }
+            Run::Capture(_) => Err(Error::misuse(
+                call,
+                Misuse::CaptureRefused { call },
+                "a capture cannot synchronize, read to the host or upload from it",
+            )),
+        }
+    }
+
+    /// Waits for the step's stream. A capture refuses it: a step whose closure calls this runs
+    /// eagerly ([`StepMode::Eager`](super::StepMode::Eager) says so).
+    pub fn synchronize(&self) -> Result<()> {
+        self.refuse("StepScope::synchronize")?;
+        self.stream().synchronize()
+    }
+
+    /// Reads `buffer` to the host after the work queued so far. A capture refuses it, as
+    /// [`StepScope::synchronize`].
+    pub fn read<T: Pod>(&self, buffer: &DeviceBuffer<T>) -> Result<Vec<T>> {
+        self.refuse("StepScope::read")?;
+        buffer.read_on(self.stream())
+    }
+
+    /// Writes `src` into `dst` in stream order. A capture refuses it (the host memory would be
+    /// read at every replay, not now), as [`StepScope::synchronize`].
+    pub fn upload<T: Pod>(&self, dst: &mut DeviceBuffer<T>, src: &[T]) -> Result<()> {
+        self.refuse("StepScope::upload")?;
+        dst.write_on(self.stream(), src)
+    }
+}

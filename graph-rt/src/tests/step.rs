@@ -1,0 +1,227 @@
+//! Steps: a closure of plain, table-form and cuBLAS work captured once and rebound at every
+//! call; a position scalar; a closure that synchronizes (runs eagerly, says which call); a
+//! closure whose work changes between runs (refused).
+
+use std::cell::Cell;
+
+use super::chain::{add1, buffers, fresh_input, N};
+use super::{assert_close, capturing_ctx, function, sized};
+use crate::cublas::{Cublas, Op as CublasOp};
+use crate::step::{EagerReason, Step, StepMode, StepOptions, StepParams};
+use crate::{DeviceBuffer, LaunchConfig, Misuse, Stream};
+
+/// Rows of the GEMM the mixed step ends with: `out (M × 16) = z (M × N/M) · ones (N/M × 16)`.
+const M: usize = 16;
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_of_plain_table_form_and_cublas_work_is_rebound_to_fresh_buffers_every_call() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let blas = Cublas::new(&stream).unwrap();
+    let (plain, table_form) = (
+        add1(&ctx),
+        function(&ctx, &graph_rt_kernels::CHAIN_TABLE, "add1"),
+    );
+    let k = N / M;
+    let ones = DeviceBuffer::from_host(&ctx, &vec![1.0f32; k * 16]).unwrap();
+    let mut p = StepParams::new(&ctx, 16).unwrap();
+    let (x, y, z) = (
+        p.buffer::<f32>(N).unwrap(),
+        p.buffer::<f32>(N).unwrap(),
+        p.buffer::<f32>(N).unwrap(),
+    );
+    let out = p.buffer::<f32>(M * 16).unwrap();
+    let fresh = || {
+        let mut b = buffers(&ctx, 3);
+        b.push(DeviceBuffer::zeroed(&ctx, M * 16).unwrap());
+        b
+    };
+    let first = fresh();
+    let xs = [&x, &y, &z];
+    for (param, b) in xs.iter().zip(&first) {
+        p.bind(param, b).unwrap();
+    }
+    p.bind(&out, &first[3]).unwrap();
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        // SAFETY: add1 over N floats of two distinct N-float buffers.
+        unsafe { s.launch(&plain, &cfg, (&xb, &yb, N as i32))? };
+        // SAFETY: as above, through slots bound to distinct N-float buffers.
+        unsafe { s.launch(&table_form, &cfg, (y.slot(), z.slot(), N as i32))? };
+        let (zb, mut ob) = (s.buffer(&z)?, s.buffer(&out)?);
+        s.cublas(&blas, |b| {
+            b.sgemm(
+                CublasOp::N,
+                CublasOp::N,
+                M,
+                16,
+                k,
+                1.0,
+                &zb,
+                M,
+                &ones,
+                k,
+                0.0,
+                &mut ob,
+                M,
+            )
+        })
+    })
+    .unwrap();
+    match step.mode() {
+        StepMode::Graph { patched_words, .. } => assert!(*patched_words >= 4, "{patched_words}"),
+        other => panic!("the step runs as {other:?}"),
+    }
+    let calls = sized(100, 20, 6);
+    let mut kept = Vec::new();
+    for _ in 0..calls {
+        let mut b = fresh();
+        let input = fresh_input(&mut b[0]);
+        for (param, buf) in xs.iter().zip(&b) {
+            step.bind(param, buf).unwrap();
+        }
+        step.bind(&out, &b[3]).unwrap();
+        step.run().unwrap();
+        // The step keeps what it reads: only the output is kept here.
+        kept.push((input, b.pop().unwrap()));
+    }
+    stream.synchronize().unwrap();
+    for (input, got) in kept {
+        // z = x + 2; out[i, j] = Σ_l z[i + l·M].
+        let want: Vec<f64> = (0..M * 16)
+            .map(|e| {
+                let i = e % M;
+                (0..k).map(|l| input[i + l * M] as f64 + 2.0).sum()
+            })
+            .collect();
+        assert_close(&got.to_vec().unwrap(), &want, 1e-5);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_decode_like_step_takes_its_position_from_a_scalar_and_is_captured_once() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let axpy = function(&ctx, &graph_rt_kernels::AXPY_TABLE, "axpy_f32");
+    let mut p = StepParams::new(&ctx, 8).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    let (a, len) = (p.scalar::<f32>().unwrap(), p.scalar::<i32>().unwrap());
+    let mut input = buffers(&ctx, 1);
+    let hx = fresh_input(&mut input[0]);
+    let y0 = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    p.bind(&x, &input[0]).unwrap();
+    p.bind(&y, &y0).unwrap();
+    p.set(&a, 2.0).unwrap();
+    p.set(&len, 1).unwrap();
+    let runs = Cell::new(0);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        runs.set(runs.get() + 1);
+        // SAFETY: axpy over the first `len` ≤ N floats of two distinct N-float buffers, every
+        // argument read through its slot.
+        unsafe { s.launch(&axpy, &cfg, (a.slot(), x.slot(), y.slot(), len.slot())) }
+    })
+    .unwrap();
+    assert!(
+        matches!(
+            step.mode(),
+            StepMode::Graph {
+                patched_words: 0,
+                prelude: None,
+                ..
+            }
+        ),
+        "{:?}",
+        step.mode()
+    );
+    let made = runs.get();
+    let positions = sized(100, 20, 8);
+    let mut outs = Vec::new();
+    for call in 1..=positions {
+        let pos = call * N / positions;
+        let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+        step.set(&len, pos as i32).unwrap();
+        step.bind(&y, &out).unwrap();
+        step.run().unwrap();
+        outs.push((pos, out));
+    }
+    stream.synchronize().unwrap();
+    for (pos, out) in outs {
+        let want: Vec<f64> = (0..N)
+            .map(|i| if i < pos { 2.0 * hx[i] as f64 } else { 0.0 })
+            .collect();
+        assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+    }
+    assert_eq!(
+        runs.get(),
+        made,
+        "the closure ran again after the step was made"
+    );
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_that_synchronizes_through_its_scope_runs_eagerly_and_names_the_call() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut p = StepParams::new(&ctx, 4).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    let mut bufs = buffers(&ctx, 2);
+    let input = fresh_input(&mut bufs[0]);
+    p.bind(&x, &bufs[0]).unwrap();
+    p.bind(&y, &bufs[1]).unwrap();
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        // SAFETY: add1 over N floats of two distinct N-float buffers.
+        unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32))? };
+        s.synchronize()
+    })
+    .unwrap();
+    assert!(
+        matches!(
+            step.mode(),
+            StepMode::Eager(EagerReason::Refused("StepScope::synchronize"))
+        ),
+        "{:?}",
+        step.mode()
+    );
+    let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    step.bind(&y, &out).unwrap();
+    step.run().unwrap();
+    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_whose_work_changes_between_runs_is_refused() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut p = StepParams::new(&ctx, 4).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    let bufs = buffers(&ctx, 2);
+    p.bind(&x, &bufs[0]).unwrap();
+    p.bind(&y, &bufs[1]).unwrap();
+    let runs = Cell::new(0usize);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let made = Step::new(&stream, p, StepOptions::default(), |s| {
+        runs.set(runs.get() + 1);
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        // One kernel in some runs, two in others.
+        for _ in 0..1 + runs.get() % 2 {
+            // SAFETY: add1 over N floats of two distinct N-float buffers.
+            unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32))? };
+        }
+        Ok(())
+    });
+    let e = made.expect_err("a step whose node count changes was made");
+    assert_eq!(e.misuse_kind(), Some(&Misuse::StepChanged), "{e}");
+    // The context stays usable.
+    stream.synchronize().unwrap();
+}
