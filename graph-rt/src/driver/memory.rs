@@ -1,4 +1,5 @@
-//! Device buffers and the allocations behind them (their backing and release).
+//! Device buffers: allocation, transfers, fills, views (the allocation behind them, its backing
+//! and release, is `allocation.rs`).
 
 use std::marker::PhantomData;
 use std::ops::{Bound, RangeBounds};
@@ -7,36 +8,12 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use graph_rt_sys::CUdeviceptr;
 
+use super::allocation::{Allocation, Backing};
 use super::call::cu;
 use super::view::view;
 use super::{Context, ContextInner};
-use super::{DeviceView, PinnedHostBuffer, Stream, StreamInner};
+use super::{DeviceView, PinnedHostBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
-
-/// Where an allocation's memory comes from, and so how it is released (the `Drop` of
-/// [`Allocation`]). Nothing outside this module sees the backing: launches, captures and exec
-/// updates see a device address and an `Arc<Allocation>` to keep alive, so a new backing is a new
-/// variant here and a constructor, not a change to the launch path. Virtual-memory-mapped memory
-/// (`cuMemCreate` + `cuMemMap`, which can be unmapped while paused and mapped back at the same
-/// address) will be one: a variant holding the physical handle and the reserved range, released
-/// by `cuMemUnmap`, `cuMemRelease` and `cuMemAddressFree`.
-enum Backing {
-    /// `cuMemAlloc`; freed with `cuMemFree`, which waits for the device first.
-    Device,
-    /// `cuMemAllocAsync` from the device's stream-ordered pool, on this stream; freed with
-    /// `cuMemFreeAsync` on it, ordered after the work queued there.
-    StreamOrdered(Arc<StreamInner>),
-    /// Not ours (see [`DeviceBuffer::from_raw`]): never freed.
-    Foreign,
-}
-
-/// One device allocation. Buffers and views hold it in an `Arc`, and so do the graphs and execs
-/// whose nodes use it: it is freed when the last of them is gone.
-pub(crate) struct Allocation {
-    ptr: CUdeviceptr,
-    ctx: Arc<ContextInner>,
-    backing: Backing,
-}
 
 /// `len` elements of `T` in device memory, freed when the buffer and every graph that uses it
 /// are gone.
@@ -272,6 +249,26 @@ impl<T: Pod> DeviceBuffer<T> {
     #[cfg(feature = "cudarc")]
     pub(crate) fn adopt(ctx: &Context, ptr: CUdeviceptr, len: usize) -> Self {
         Self::wrap(ptr, len, &ctx.inner, Backing::Device)
+    }
+
+    /// Wraps device memory another library owns, kept allocated while `guard` lives (a
+    /// framework's tensor or buffer handle): graph-rt holds the guard until this buffer and
+    /// every graph, exec, table and step that uses it are gone and their launches have
+    /// finished, then drops it (on the context's release thread). Drop your own handle on the
+    /// memory whenever you like.
+    ///
+    /// # Safety
+    /// `ptr` must point at `len` elements of `T` in memory of `ctx` that stays allocated while
+    /// `guard` lives, and is not written by anyone else concurrently while this value or a
+    /// graph using it may run.
+    pub unsafe fn from_raw_guarded(
+        ctx: &Context,
+        ptr: CUdeviceptr,
+        len: usize,
+        guard: impl std::any::Any + Send + Sync,
+    ) -> Self {
+        let guard: crate::resource::Resource = Arc::new(guard);
+        Self::wrap(ptr, len, &ctx.inner, Backing::Guarded(Some(guard)))
     }
 
     fn wrap(ptr: CUdeviceptr, len: usize, ctx: &Arc<ContextInner>, backing: Backing) -> Self {
@@ -563,68 +560,5 @@ impl<T: Pod> DeviceBuffer<T> {
                 stream.as_raw()
             ))
         }
-    }
-}
-
-impl Allocation {
-    /// Whether the allocation belongs to `ctx`.
-    pub(crate) fn in_context(&self, ctx: &Context) -> bool {
-        Arc::ptr_eq(&self.ctx, &ctx.inner) || self.ctx.raw() == ctx.as_raw()
-    }
-
-    /// The stream a stream-ordered allocation was made on and is freed on (`None`: memory of
-    /// `cuMemAlloc`, or not graph-rt's).
-    pub(crate) fn ordered_on(&self) -> Option<&Arc<StreamInner>> {
-        match &self.backing {
-            Backing::StreamOrdered(stream) => Some(stream),
-            _ => None,
-        }
-    }
-
-    /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
-    /// what the unordered copies and fills do first, so that they never race with a kernel
-    /// (and a stream-ordered allocation has been made on its stream).
-    fn quiesce(&self) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: the context is current.
-        unsafe { cu!(cuCtxSynchronize()) }
-    }
-}
-
-/// Device memory from `cuMemAlloc`, freed when dropped: on the context's release thread, since
-/// `cuMemFree` waits for the device.
-struct DeviceMemory(CUdeviceptr, Arc<ContextInner>);
-
-impl Drop for DeviceMemory {
-    fn drop(&mut self) {
-        let r = self.1.bind().and_then(|_| {
-            // SAFETY: we allocated the memory with cuMemAlloc and nothing else refers to it;
-            // cuMemFree synchronizes with the device before freeing, so no queued work still
-            // uses it.
-            unsafe { cu!(cuMemFree(self.0)) }
-        });
-        self.1.record(r);
-    }
-}
-
-impl Drop for Allocation {
-    /// Never blocks: memory of `cuMemAlloc` is freed on the context's release thread (after the
-    /// device is done with it), stream-ordered memory in stream order.
-    fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
-        }
-        let r = match &self.backing {
-            Backing::Foreign => return,
-            Backing::Device => {
-                let memory = DeviceMemory(self.ptr, self.ctx.clone());
-                return self.ctx.tracker.release_later(Box::new(memory));
-            }
-            Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
-                // SAFETY: we allocated `ptr` on this stream, which we keep alive.
-                unsafe { cu!(cuMemFreeAsync(self.ptr, stream.raw())) }
-            }),
-        };
-        self.ctx.record(r);
     }
 }

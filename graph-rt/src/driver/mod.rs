@@ -4,6 +4,7 @@
 //! Depends on nothing else of this crate but `error` and `resource`; `launch/` and `graph/` build
 //! on it.
 
+mod allocation;
 mod call;
 mod context;
 mod device;
@@ -16,6 +17,7 @@ mod pinned;
 mod stream;
 mod view;
 
+pub(crate) use allocation::Allocation;
 pub(crate) use call::{cu, cu_code, Returned};
 pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
@@ -23,7 +25,6 @@ pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use event::{Event, EventFlags};
 pub(crate) use lifetime::{capture_lock, point_after, Lane, Parked, Point, Progress};
 pub use mapped::MappedHostBuffer;
-pub(crate) use memory::Allocation;
 pub use memory::DeviceBuffer;
 pub(crate) use module::param_layout_of;
 pub use module::{Function, Module, ParamInfo};

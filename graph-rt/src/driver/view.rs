@@ -7,7 +7,8 @@ use std::sync::Arc;
 use bytemuck::Pod;
 use graph_rt_sys::CUdeviceptr;
 
-use super::memory::{bounds, read_on, same_len, write_on, Allocation};
+use super::allocation::Allocation;
+use super::memory::{bounds, read_on, same_len, write_on};
 use super::Stream;
 use crate::error::Result;
 

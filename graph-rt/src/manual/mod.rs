@@ -30,6 +30,8 @@
 //!    slots.
 //! 6. [Choosing](crate::manual::choose): the cost model measured on the device, and the choice
 //!    of rebinding mechanism for a graph.
+//! 7. [Steps](crate::manual::step): one closure of cuBLAS, Triton and graph-rt kernels captured
+//!    once and replayed with one call, its buffers and scalars rebound every call.
 //!
 //! # Rebinding: which mechanism for which kernels
 //!
@@ -44,5 +46,6 @@ pub mod basics;
 pub mod capture;
 pub mod choose;
 pub mod foreign;
+pub mod step;
 pub mod table;
 pub mod triton;

@@ -8,11 +8,11 @@
 //! read, an upload — is noted here, before any capture, and the step then runs eagerly, saying
 //! which call). Then it captures the closure twice, the second time with stand-ins for the
 //! declared buffers, and discovers where the captured kernels take those buffers
-//! ([`discover_graphs`](crate::foreign::discover_graphs)): kernels graph-rt cannot rewrite
+//! ([`discover_graphs`]): kernels graph-rt cannot rewrite
 //! (cuBLAS, plain launches) get their words rewritten at every replay by the in-graph prelude
-//! ([`Prelude`](crate::foreign::Prelude)), table-form kernels read the slots themselves. Work
+//! ([`Prelude`]), table-form kernels read the slots themselves. Work
 //! that differs between the two captures beyond the declared buffers (node count, kernels,
-//! by-value arguments) is refused as [`Misuse::StepChanged`](crate::Misuse::StepChanged). A
+//! by-value arguments) is refused as [`Misuse::StepChanged`]. A
 //! capture that fails makes the step run eagerly, with the error in its report
 //! ([`StepOptions::fail_on_capture_error`] makes it an error instead); the context stays usable.
 //!
@@ -23,6 +23,9 @@
 //! The mechanism is the device-updatable mix: table forms and the prelude, one exec, no
 //! host-side node updates (the layer stack's best measured mix). The cost model's choice among
 //! mixes, PDL edges, and re-capture when the closure's work changes later are not done yet.
+//!
+//! Depends on `driver`, `launch`, `graph`, `table`, `discover`, `prelude`, `cublas`, `triton`
+//! and `error`; nothing depends on it.
 
 mod params;
 mod scope;
@@ -33,10 +36,11 @@ pub use scope::StepScope;
 use bytemuck::Pod;
 
 use self::scope::Run;
+use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
-use crate::foreign::{discover_graphs, Dynamic, Prelude, PreludeMode, PreludeOptions};
 use crate::graph::{CaptureMode, GraphExec};
+use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
 use crate::table::SlotScalar;
 
 /// How [`Step::new`] builds the step.
@@ -238,13 +242,25 @@ where
 
     /// Binds `buffer` to `param` for the calls that follow (kept alive while a call may read
     /// it).
+    #[inline]
     pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
-        self.params.bind(param, buffer)
+        if self.graph.is_some() {
+            self.params.bind_slot(param, buffer)
+        } else {
+            self.params.bind(param, buffer)
+        }
     }
 
     /// Sets `param` to `value` for the calls that follow.
     pub fn set<T: SlotScalar>(&mut self, param: &Scalar<T>, value: T) -> Result<()> {
         self.params.set(param, value)
+    }
+
+    /// Lets go of buffers bound before the current bindings (see
+    /// [`ArgTable::trim`](crate::ArgTable::trim)): once the step's stream is idle, only the
+    /// current bindings stay alive.
+    pub fn trim(&mut self) {
+        self.params.table.trim();
     }
 
     /// How the step runs its calls, and why.

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytemuck::Pod;
 use graph_rt_sys::CUdeviceptr;
 
+use crate::discover::Dynamic;
 use crate::driver::{Context, DeviceBuffer};
 use crate::error::{Error, Misuse, Result};
-use crate::foreign::Dynamic;
 use crate::table::{PtrSlot, ScalarSlot, SlotRef, SlotScalar};
 use crate::{ArgTable, TableOptions};
 
@@ -92,6 +92,8 @@ pub(super) struct Bound {
 pub(super) struct Param {
     pub(super) slot: SlotRef,
     pub(super) min_bytes: usize,
+    /// What the closure's runs see: bound before the step was made, or for a step that runs
+    /// eagerly (a captured step's later bindings go to the table alone).
     pub(super) bound: Option<Bound>,
     /// A stand-in of `len` elements (the second capture's, for discovery).
     pub(super) stand_in: fn(&Context, usize) -> Result<Bound>,
@@ -184,6 +186,18 @@ impl StepParams {
             buffer: Box::new(buffer.alias()),
         });
         Ok(())
+    }
+
+    /// [`StepParams::bind`] for a captured step's call: the table alone (the closure does not
+    /// run again, so it needs no handle on the buffer).
+    #[inline]
+    pub(super) fn bind_slot<T: Pod>(
+        &mut self,
+        param: &Buf<T>,
+        buffer: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        self.own(param.step, "Step::bind")?;
+        self.table.bind(&param.slot, buffer)
     }
 
     /// Sets `param` to `value` for the calls that follow.

@@ -225,3 +225,52 @@ fn a_step_whose_work_changes_between_runs_is_refused() {
     // The context stays usable.
     stream.synchronize().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_foreign_buffer_whose_guard_was_dropped_lives_until_the_last_replay_reading_it_finished() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut p = StepParams::new(&ctx, 4).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    let bufs = buffers(&ctx, 2);
+    p.bind(&x, &bufs[0]).unwrap();
+    p.bind(&y, &bufs[1]).unwrap();
+    // Long enough that the replay still reads x when the host checks.
+    let kernels = sized(400, 40, 10);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        for _ in 0..kernels {
+            // SAFETY: add1 over N floats of two distinct N-float buffers.
+            unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32))? };
+        }
+        Ok(())
+    })
+    .unwrap();
+    // Memory another library owns, its owner's handle the guard (here a buffer of ours).
+    let mut owner = buffers(&ctx, 1).pop().unwrap();
+    let input = fresh_input(&mut owner);
+    let alive = std::sync::Arc::downgrade(owner.allocation());
+    let ptr = owner.as_raw();
+    // SAFETY: `owner` keeps N floats at `ptr` allocated while it lives; nothing else writes them.
+    let foreign = unsafe { DeviceBuffer::<f32>::from_raw_guarded(&ctx, ptr, N, owner) };
+    let out = buffers(&ctx, 1).pop().unwrap();
+    step.bind(&x, &foreign).unwrap();
+    step.bind(&y, &out).unwrap();
+    drop(foreign);
+    step.run().unwrap();
+    assert!(
+        alive.upgrade().is_some(),
+        "the guard went while the replay may read its memory"
+    );
+    stream.synchronize().unwrap();
+    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+    // Bound elsewhere and trimmed once idle: the guard goes.
+    step.bind(&x, &bufs[0]).unwrap();
+    step.trim();
+    ctx.synchronize().unwrap();
+    assert!(alive.upgrade().is_none(), "the guard outlived every use");
+}

@@ -1,0 +1,107 @@
+//! The allocation behind device buffers and views: where its memory comes from (its backing)
+//! and how it is released once its last user is gone.
+
+use std::sync::Arc;
+
+use graph_rt_sys::CUdeviceptr;
+
+use super::call::cu;
+use super::{Context, ContextInner, StreamInner};
+use crate::error::Result;
+
+/// Where an allocation's memory comes from, and so how it is released (the `Drop` of
+/// [`Allocation`]). Nothing outside this module sees the backing: launches, captures and exec
+/// updates see a device address and an `Arc<Allocation>` to keep alive, so a new backing is a new
+/// variant here and a constructor, not a change to the launch path. Virtual-memory-mapped memory
+/// (`cuMemCreate` + `cuMemMap`, which can be unmapped while paused and mapped back at the same
+/// address) will be one: a variant holding the physical handle and the reserved range, released
+/// by `cuMemUnmap`, `cuMemRelease` and `cuMemAddressFree`.
+pub(super) enum Backing {
+    /// `cuMemAlloc`; freed with `cuMemFree`, which waits for the device first.
+    Device,
+    /// `cuMemAllocAsync` from the device's stream-ordered pool, on this stream; freed with
+    /// `cuMemFreeAsync` on it, ordered after the work queued there.
+    StreamOrdered(Arc<StreamInner>),
+    /// Not ours (see [`DeviceBuffer::from_raw`](super::DeviceBuffer::from_raw)): never freed.
+    Foreign,
+    /// Not ours, kept allocated by its owner's guard (see [`DeviceBuffer::from_raw_guarded`](super::DeviceBuffer::from_raw_guarded)),
+    /// dropped on the context's release thread once the last user is gone.
+    Guarded(Option<crate::resource::Resource>),
+}
+
+/// One device allocation. Buffers and views hold it in an `Arc`, and so do the graphs and execs
+/// whose nodes use it: it is freed when the last of them is gone.
+pub(crate) struct Allocation {
+    pub(super) ptr: CUdeviceptr,
+    pub(super) ctx: Arc<ContextInner>,
+    pub(super) backing: Backing,
+}
+
+impl Allocation {
+    /// Whether the allocation belongs to `ctx`.
+    pub(crate) fn in_context(&self, ctx: &Context) -> bool {
+        Arc::ptr_eq(&self.ctx, &ctx.inner) || self.ctx.raw() == ctx.as_raw()
+    }
+
+    /// The stream a stream-ordered allocation was made on and is freed on (`None`: memory of
+    /// `cuMemAlloc`, or not graph-rt's).
+    pub(crate) fn ordered_on(&self) -> Option<&Arc<StreamInner>> {
+        match &self.backing {
+            Backing::StreamOrdered(stream) => Some(stream),
+            _ => None,
+        }
+    }
+
+    /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
+    /// what the unordered copies and fills do first, so that they never race with a kernel
+    /// (and a stream-ordered allocation has been made on its stream).
+    pub(super) fn quiesce(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the context is current.
+        unsafe { cu!(cuCtxSynchronize()) }
+    }
+}
+
+/// Device memory from `cuMemAlloc`, freed when dropped: on the context's release thread, since
+/// `cuMemFree` waits for the device.
+struct DeviceMemory(CUdeviceptr, Arc<ContextInner>);
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        let r = self.1.bind().and_then(|_| {
+            // SAFETY: we allocated the memory with cuMemAlloc and nothing else refers to it;
+            // cuMemFree synchronizes with the device before freeing, so no queued work still
+            // uses it.
+            unsafe { cu!(cuMemFree(self.0)) }
+        });
+        self.1.record(r);
+    }
+}
+
+impl Drop for Allocation {
+    /// Never blocks: memory of `cuMemAlloc` is freed on the context's release thread (after the
+    /// device is done with it), stream-ordered memory in stream order.
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        let r = match &mut self.backing {
+            Backing::Foreign => return,
+            Backing::Guarded(guard) => {
+                if let Some(guard) = guard.take() {
+                    self.ctx.tracker.release_later(Box::new(guard));
+                }
+                return;
+            }
+            Backing::Device => {
+                let memory = DeviceMemory(self.ptr, self.ctx.clone());
+                return self.ctx.tracker.release_later(Box::new(memory));
+            }
+            Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
+                // SAFETY: we allocated `ptr` on this stream, which we keep alive.
+                unsafe { cu!(cuMemFreeAsync(self.ptr, stream.raw())) }
+            }),
+        };
+        self.ctx.record(r);
+    }
+}

@@ -1,0 +1,69 @@
+//! Steps: one closure that enqueues a step — cuBLAS, Triton, graph-rt's kernels — captured once
+//! and replayed with one call, its buffers and scalars rebound at every call.
+//!
+//! [`crate::step::StepParams`] declares what changes between calls: buffers
+//! ([`crate::step::StepParams::buffer`], at least as long as the step's kernels read) and scalars
+//! ([`crate::step::StepParams::scalar`], such as a decode position), each a slot of the step's
+//! argument table, each bound before the step is made. The closure enqueues the step through a
+//! [`crate::step::StepScope`]: [`crate::step::StepScope::buffer`] gives the buffer bound for
+//! the run (for cuBLAS and plain kernels), [`crate::step::Buf::slot`] the slot (for table-form
+//! and Triton table-form kernels).
+//!
+//! [`crate::step::Step::new`] runs the closure eagerly once (modules loaded, cuBLAS's setup
+//! done), captures it twice (the second time with stand-ins for the declared buffers), finds
+//! where the captured kernels that graph-rt cannot rewrite take those buffers, and has the
+//! in-graph prelude rewrite those words at every replay; table-form kernels read the slots
+//! themselves. Then each call is [`crate::step::Step::bind`] / [`crate::step::Step::set`] and
+//! [`crate::step::Step::run`]: one launch, every bound buffer kept alive until the replays that
+//! read it have finished. [`crate::step::Step::mode`] says how the step runs: replays of one
+//! graph (kernel nodes, words the prelude rewrites, where), or eagerly and why — a call through
+//! the scope that a capture refuses ([`crate::step::StepScope::synchronize`],
+//! [`crate::step::StepScope::read`], [`crate::step::StepScope::upload`]: the call is named), or
+//! a capture that failed (the error). A closure whose work differs between its runs beyond the
+//! declared buffers is refused: [`crate::Misuse::StepChanged`].
+//!
+//! A GEMM, a Triton kernel (`add_kernel(x, y, out, n)`, 1024 elements a program, in table form)
+//! and a shipped kernel (table-form `add1`), input and output fresh every call:
+//!
+//! ```no_run
+//! use graph_rt::cublas::{Cublas, Op};
+//! use graph_rt::step::{Step, StepOptions, StepParams};
+//! use graph_rt::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
+//! use graph_rt::{kernels, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+//!
+//! # fn main() -> graph_rt::Result<()> {
+//! # let dir = std::path::Path::new("triton-fixtures/add"); // a folder of Triton's cache
+//! let (m, d, n) = (16, 1024, 16 * 1024);
+//! let ctx = Context::new(0)?;
+//! let stream = Stream::new(&ctx)?;
+//! let blas = Cublas::new(&stream)?;
+//! let add = TritonKernel::load(&ctx, &TritonFiles::read(dir, "add_kernel")?, TritonForm::Table(Default::default()))?;
+//! let add1 = Module::from_ptx(&ctx, kernels::CHAIN_TABLE.ptx)?.function("add1")?;
+//! let w = DeviceBuffer::from_host(&ctx, &vec![0.01f32; d * d])?;
+//! let fresh = || DeviceBuffer::<f32>::zeroed(&ctx, n);
+//! let mut p = StepParams::new(&ctx, 8)?;
+//! let [x, h, g, y] = [(); 4].map(|_| p.buffer::<f32>(n));
+//! let (x, h, g, y) = (x?, h?, g?, y?);
+//! for b in [&x, &h, &g, &y] { p.bind(b, &fresh()?)?; }
+//! let (cfg, slot) = (LaunchConfig::for_elements(n, 256), TritonArg::ptr_slot);
+//! let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+//!     let (xb, mut hb) = (s.buffer(&x)?, s.buffer(&h)?); // h = x · w, rewritten by the prelude
+//!     s.cublas(&blas, |b| b.sgemm(Op::N, Op::N, m, d, d, 1.0, &xb, m, &w, d, 0.0, &mut hb, m))?;
+//!     // SAFETY: g = h + h and y = g + 1 over n floats, through slots bound to n-float buffers.
+//!     unsafe { s.launch_triton(&add, [16, 1, 1], &[slot(h.slot()), slot(h.slot()), slot(g.slot()), TritonArg::i32(n as i32)])? };
+//!     unsafe { s.launch(&add1, &cfg, (g.slot(), y.slot(), n as i32)) }
+//! })?;
+//! for _ in 0..100 {
+//!     let (input, output) = (fresh()?, fresh()?);
+//!     step.bind(&x, &input)?;
+//!     step.bind(&y, &output)?; // the step keeps both alive until its replay has run
+//!     step.run()?;
+//! }
+//! stream.synchronize()?;
+//! # Ok(()) }
+//! ```
+//!
+//! What a step does not do yet: choose among the rebinding mixes by the cost model (a step is
+//! always the device-updatable mix: table forms and the prelude, one exec), PDL edges between
+//! its kernels beyond what their launch configurations ask, and re-capturing when the
+//! closure's work changes after the step was made (the closure does not run again).
