@@ -245,7 +245,9 @@ where
     #[inline]
     pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
         if self.graph.is_some() {
-            self.params.bind_slot(param, buffer)
+            // The closure does not run again: the table alone (which refuses another
+            // table's slot, so another step's parameter).
+            self.params.table.bind(&param.slot, buffer)
         } else {
             self.params.bind(param, buffer)
         }

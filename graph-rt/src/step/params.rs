@@ -2,7 +2,6 @@
 //! step's argument table, and the buffers bound to them now.
 
 use std::any::Any;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
 use graph_rt_sys::CUdeviceptr;
@@ -13,23 +12,19 @@ use crate::error::{Error, Misuse, Result};
 use crate::table::{PtrSlot, ScalarSlot, SlotRef, SlotScalar};
 use crate::{ArgTable, TableOptions};
 
-/// Identifies the parameter lists of steps; never reused.
-static NEXT_STEP_ID: AtomicU64 = AtomicU64::new(1);
-
 /// A buffer of `T` declared to change between a step's calls (see [`StepParams::buffer`]).
 /// Pass it to [`StepScope::buffer`](super::StepScope::buffer) inside the closure, or its
 /// [`Buf::slot`] to a table-form kernel.
+///
+/// A `Buf` is its table slot and nothing more (what binding reads is what a table binding
+/// reads): the step it belongs to is the slot's table.
 pub struct Buf<T> {
-    pub(super) step: u64,
-    pub(super) index: usize,
-    slot: PtrSlot<T>,
+    pub(super) slot: PtrSlot<T>,
 }
 
 impl<T> Clone for Buf<T> {
     fn clone(&self) -> Self {
         Self {
-            step: self.step,
-            index: self.index,
             slot: self.slot.clone(),
         }
     }
@@ -37,7 +32,9 @@ impl<T> Clone for Buf<T> {
 
 impl<T> std::fmt::Debug for Buf<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Buf").field("index", &self.index).finish()
+        f.debug_struct("Buf")
+            .field("slot", &self.slot.index)
+            .finish()
     }
 }
 
@@ -54,14 +51,12 @@ impl<T> Buf<T> {
 /// graph-rt cannot rewrite cannot take it (their by-value arguments are baked into the graph:
 /// such a step is refused as [`Misuse::StepChanged`]).
 pub struct Scalar<T> {
-    pub(super) step: u64,
     slot: ScalarSlot<T>,
 }
 
 impl<T> Clone for Scalar<T> {
     fn clone(&self) -> Self {
         Self {
-            step: self.step,
             slot: self.slot.clone(),
         }
     }
@@ -111,10 +106,12 @@ fn stand_in<T: Pod>(ctx: &Context, len: usize) -> Result<Bound> {
 /// The parameters of a step: the buffers and scalars that change between its calls, declared
 /// before the step is made, each bound before its first call.
 pub struct StepParams {
-    pub(super) id: u64,
     pub(super) ctx: Context,
     pub(super) table: ArgTable,
+    /// The declared buffers, in order.
     pub(super) params: Vec<Param>,
+    /// Per slot of the table, its buffer's place in `params` (`None`: a scalar).
+    by_slot: Vec<Option<usize>>,
 }
 
 impl std::fmt::Debug for StepParams {
@@ -135,10 +132,10 @@ impl StepParams {
             ..TableOptions::default()
         };
         Ok(Self {
-            id: NEXT_STEP_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
             table: ArgTable::new(ctx, options)?,
             params: Vec::new(),
+            by_slot: Vec::new(),
         })
     }
 
@@ -153,24 +150,20 @@ impl StepParams {
             ));
         }
         let slot = self.table.ptr_slot_with::<T>(16, min_len)?;
-        let index = self.params.len();
+        self.by_slot.resize(slot.index as usize + 1, None);
+        self.by_slot[slot.index as usize] = Some(self.params.len());
         self.params.push(Param {
             slot: slot.erased(),
             min_bytes: min_len * std::mem::size_of::<T>(),
             bound: None,
             stand_in: stand_in::<T>,
         });
-        Ok(Buf {
-            step: self.id,
-            index,
-            slot,
-        })
+        Ok(Buf { slot })
     }
 
     /// Declares a scalar that changes between calls.
     pub fn scalar<T: SlotScalar>(&mut self) -> Result<Scalar<T>> {
         Ok(Scalar {
-            step: self.id,
             slot: self.table.scalar_slot::<T>()?,
         })
     }
@@ -178,9 +171,9 @@ impl StepParams {
     /// Binds `buffer` to `param` for the calls that follow (kept alive while a replay may read
     /// it, whatever the caller drops).
     pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
-        self.own(param.step, "StepParams::bind")?;
+        let index = self.index(param, "StepParams::bind")?;
         self.table.bind(&param.slot, buffer)?;
-        self.params[param.index].bound = Some(Bound {
+        self.params[index].bound = Some(Bound {
             base: buffer.as_raw(),
             len: buffer.len(),
             buffer: Box::new(buffer.alias()),
@@ -188,33 +181,28 @@ impl StepParams {
         Ok(())
     }
 
-    /// [`StepParams::bind`] for a captured step's call: the table alone (the closure does not
-    /// run again, so it needs no handle on the buffer).
-    #[inline]
-    pub(super) fn bind_slot<T: Pod>(
-        &mut self,
-        param: &Buf<T>,
-        buffer: &DeviceBuffer<T>,
-    ) -> Result<()> {
-        self.own(param.step, "Step::bind")?;
-        self.table.bind(&param.slot, buffer)
-    }
-
     /// Sets `param` to `value` for the calls that follow.
     pub fn set<T: SlotScalar>(&mut self, param: &Scalar<T>, value: T) -> Result<()> {
-        self.own(param.step, "StepParams::set")?;
         self.table.set_scalar(&param.slot, value)
     }
 
-    pub(super) fn own(&self, step: u64, call: &'static str) -> Result<()> {
-        if step != self.id {
-            return Err(Error::misuse(
+    /// Where `param` is in `params`, if it is one of these parameters.
+    pub(super) fn index<T>(&self, param: &Buf<T>, call: &'static str) -> Result<usize> {
+        let slot = param.slot.erased();
+        let index = self
+            .table
+            .owns(&slot)
+            .then(|| self.by_slot.get(slot.index as usize))
+            .flatten()
+            .copied()
+            .flatten();
+        index.ok_or_else(|| {
+            Error::misuse(
                 call,
                 Misuse::UnknownParam,
                 "the parameter was declared for another step",
-            ));
-        }
-        Ok(())
+            )
+        })
     }
 
     /// The buffers bound now, as discovery's dynamic ranges (the bytes the kernels read).

@@ -72,16 +72,16 @@ impl<'a> StepScope<'a> {
     /// buffers, a stand-in of the same length). Use it for this run only.
     pub fn buffer<T: Pod>(&self, param: &Buf<T>) -> Result<DeviceBuffer<T>> {
         const CALL: &str = "StepScope::buffer";
-        self.params.own(param.step, CALL)?;
+        let index = self.params.index(param, CALL)?;
         let bound = match self.stand_ins {
-            Some(s) => s.get(param.index),
-            None => self.params.params[param.index].bound.as_ref(),
+            Some(s) => s.get(index),
+            None => self.params.params[index].bound.as_ref(),
         };
         let Some(bound) = bound else {
             return Err(Error::misuse(
                 CALL,
-                Misuse::Unbound { slot: param.index },
-                format!("declared buffer {} is not bound", param.index),
+                Misuse::Unbound { slot: index },
+                format!("declared buffer {index} is not bound"),
             ));
         };
         match bound.buffer.downcast_ref::<DeviceBuffer<T>>() {
