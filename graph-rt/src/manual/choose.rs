@@ -63,6 +63,6 @@
 //!
 //! The model is measured on chains of one kernel kind: it does not predict mixes (after a
 //! cuBLAS kernel, which does not let its dependents start early, a table-form kernel's slot
-//! loads cannot hide behind PDL). The repository's `layers` example measures two mixes in the
+//! loads cannot hide behind PDL). The repository's `layers` bench measures two mixes in the
 //! same rounds and keeps the faster. [`crate::calibrate::chain_step`] and [`crate::calibrate::chain_shape`] give the
 //! calibration's own workload and its shape, to compare the mechanisms on it.

@@ -141,6 +141,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The repository's `layers` example (8 decode-like layers of cuBLAS GEMM → bias + GELU →
+//! The repository's `layers` bench (8 decode-like layers of cuBLAS GEMM → bias + GELU →
 //! GEMM → residual, input, output and weights rebound every replay) mixes both: the shipped
-//! kernels in table form and the prelude for cuBLAS, or the prelude for every kernel.
+//! kernels in table form and the prelude for cuBLAS, or the prelude for every kernel. Its
+//! `layers` example builds the stack on the step API ([`crate::manual::step`]), which does the
+//! discovery and the prelude's installation itself.
