@@ -7,7 +7,7 @@ use std::cell::Cell;
 use super::chain::{add1, buffers, fresh_input, N};
 use super::{assert_close, capturing_ctx, function, sized};
 use crate::cublas::{Cublas, Op as CublasOp};
-use crate::step::{EagerReason, Step, StepMode, StepOptions, StepParams};
+use crate::step::{Buf, EagerReason, Step, StepMode, StepOptions, StepParams, StepScope};
 use crate::{DeviceBuffer, LaunchConfig, Misuse, Stream};
 
 /// Rows of the GEMM the mixed step ends with: `out (M × 16) = z (M × N/M) · ones (N/M × 16)`.
@@ -273,4 +273,52 @@ fn a_foreign_buffer_whose_guard_was_dropped_lives_until_the_last_replay_reading_
     step.trim();
     ctx.synchronize().unwrap();
     assert!(alive.upgrade().is_none(), "the guard outlived every use");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_whose_capture_fails_runs_eagerly_with_the_error_and_the_context_stays_usable() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut bufs = buffers(&ctx, 2);
+    let input = fresh_input(&mut bufs[0]);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let params = || {
+        let mut p = StepParams::new(&ctx, 4).unwrap();
+        let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+        p.bind(&x, &bufs[0]).unwrap();
+        p.bind(&y, &bufs[1]).unwrap();
+        (p, x, y)
+    };
+    let body = |x: Buf<f32>, y: Buf<f32>| {
+        let (f, cfg) = (&f, &cfg);
+        move |s: &StepScope<'_>| {
+            let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+            // SAFETY: add1 over N floats of two distinct N-float buffers.
+            unsafe { s.launch(f, cfg, (&xb, &yb, N as i32))? };
+            // Outside the scope: the scope cannot see it, the capture refuses it.
+            s.stream().synchronize()
+        }
+    };
+    let strict = StepOptions {
+        fail_on_capture_error: true,
+        ..StepOptions::default()
+    };
+    let (p, x, y) = params();
+    let e = Step::new(&stream, p, strict, body(x, y))
+        .expect_err("a capture that synchronizes was made");
+    assert!(matches!(e, crate::Error::Capture { .. }), "{e}");
+    let (p, x, y) = params();
+    let mut step = Step::new(&stream, p, StepOptions::default(), body(x, y.clone())).unwrap();
+    assert!(
+        matches!(step.mode(), StepMode::Eager(EagerReason::CaptureFailed(_))),
+        "{:?}",
+        step.mode()
+    );
+    let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    step.bind(&y, &out).unwrap();
+    step.run().unwrap();
+    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
 }
