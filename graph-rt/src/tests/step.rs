@@ -8,10 +8,19 @@ use super::chain::{add1, buffers, fresh_input, N};
 use super::{assert_close, capturing_ctx, function, sized};
 use crate::cublas::{Cublas, Op as CublasOp};
 use crate::step::{Buf, EagerReason, Step, StepMode, StepOptions, StepParams, StepScope};
-use crate::{DeviceBuffer, LaunchConfig, Misuse, Stream};
+use crate::{Context, DeviceBuffer, LaunchConfig, Misuse, Stream};
 
 /// Rows of the GEMM the mixed step ends with: `out (M × 16) = z (M × N/M) · ones (N/M × 16)`.
 const M: usize = 16;
+
+/// Parameters `x` and `y` of `N` floats, bound to `bufs[0]` and `bufs[1]`.
+fn xy(ctx: &Context, bufs: &[DeviceBuffer<f32>]) -> (StepParams, Buf<f32>, Buf<f32>) {
+    let mut p = StepParams::new(ctx, 4).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    p.bind(&x, &bufs[0]).unwrap();
+    p.bind(&y, &bufs[1]).unwrap();
+    (p, x, y)
+}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -168,12 +177,9 @@ fn a_step_that_synchronizes_through_its_scope_runs_eagerly_and_names_the_call() 
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut p = StepParams::new(&ctx, 4).unwrap();
-    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
     let mut bufs = buffers(&ctx, 2);
     let input = fresh_input(&mut bufs[0]);
-    p.bind(&x, &bufs[0]).unwrap();
-    p.bind(&y, &bufs[1]).unwrap();
+    let (p, x, y) = xy(&ctx, &bufs);
     let cfg = LaunchConfig::for_elements(N, 256);
     let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
         let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
@@ -203,11 +209,8 @@ fn a_step_whose_work_changes_between_runs_is_refused() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut p = StepParams::new(&ctx, 4).unwrap();
-    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
     let bufs = buffers(&ctx, 2);
-    p.bind(&x, &bufs[0]).unwrap();
-    p.bind(&y, &bufs[1]).unwrap();
+    let (p, x, y) = xy(&ctx, &bufs);
     let runs = Cell::new(0usize);
     let cfg = LaunchConfig::for_elements(N, 256);
     let made = Step::new(&stream, p, StepOptions::default(), |s| {
@@ -232,11 +235,8 @@ fn a_foreign_buffer_whose_guard_was_dropped_lives_until_the_last_replay_reading_
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let mut p = StepParams::new(&ctx, 4).unwrap();
-    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
     let bufs = buffers(&ctx, 2);
-    p.bind(&x, &bufs[0]).unwrap();
-    p.bind(&y, &bufs[1]).unwrap();
+    let (p, x, y) = xy(&ctx, &bufs);
     // Long enough that the replay still reads x when the host checks.
     let kernels = sized(400, 40, 10);
     let cfg = LaunchConfig::for_elements(N, 256);
@@ -284,13 +284,7 @@ fn a_step_whose_capture_fails_runs_eagerly_with_the_error_and_the_context_stays_
     let mut bufs = buffers(&ctx, 2);
     let input = fresh_input(&mut bufs[0]);
     let cfg = LaunchConfig::for_elements(N, 256);
-    let params = || {
-        let mut p = StepParams::new(&ctx, 4).unwrap();
-        let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
-        p.bind(&x, &bufs[0]).unwrap();
-        p.bind(&y, &bufs[1]).unwrap();
-        (p, x, y)
-    };
+    let params = || xy(&ctx, &bufs);
     let body = |x: Buf<f32>, y: Buf<f32>| {
         let (f, cfg) = (&f, &cfg);
         move |s: &StepScope<'_>| {
