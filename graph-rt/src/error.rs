@@ -183,6 +183,10 @@ pub enum Misuse {
     StepChanged,
     /// A step's parameter that its closure does not read through the scope, or of another step.
     UnknownParam,
+    /// The legacy default stream (the null handle, `CU_STREAM_LEGACY`) or the per-thread default
+    /// stream (`CU_STREAM_PER_THREAD`), which cannot be captured: use a stream of your own
+    /// (`Stream::new`, or another library's created stream).
+    DefaultStream,
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {

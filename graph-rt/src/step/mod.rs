@@ -130,6 +130,15 @@ where
                 "the stream belongs to another context than the step's parameters",
             ));
         }
+        // The null handle is the legacy default stream; 1 and 2 are cuda.h's CU_STREAM_LEGACY
+        // and CU_STREAM_PER_THREAD.
+        if (stream.as_raw() as usize) <= 2 {
+            return Err(Error::misuse(
+                "Step::new",
+                Misuse::DefaultStream,
+                "a default stream cannot be captured: make the step on a stream of your own",
+            ));
+        }
         let dyn_first = step.params.dynamic()?;
         let refused = step.eager_run()?;
         if let Some(call) = refused {
@@ -142,6 +151,8 @@ where
         match step.capture(&dyn_first, &options) {
             Ok((graph, report)) => {
                 step.graph = Some(graph);
+                // The closure does not run again: the table alone keeps what is bound.
+                step.params.forget_bound();
                 step.report = report;
                 Ok(step)
             }

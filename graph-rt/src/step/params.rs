@@ -205,6 +205,12 @@ impl StepParams {
         })
     }
 
+    /// Lets go of the handles on the buffers bound (a captured step's closure does not run
+    /// again; the table keeps the buffers as long as a replay may read them).
+    pub(super) fn forget_bound(&mut self) {
+        self.params.iter_mut().for_each(|p| p.bound = None);
+    }
+
     /// The buffers bound now, as discovery's dynamic ranges (the bytes the kernels read).
     pub(super) fn dynamic(&self) -> Result<Vec<Dynamic>> {
         self.params

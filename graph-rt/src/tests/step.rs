@@ -316,3 +316,18 @@ fn a_step_whose_capture_fails_runs_eagerly_with_the_error_and_the_context_stays_
     let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
     assert_close(&out.to_vec().unwrap(), &want, 1e-6);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_on_a_default_stream_is_refused() {
+    let ctx = capturing_ctx();
+    let bufs = buffers(&ctx, 2);
+    for raw in [0usize, 1, 2] {
+        // SAFETY: the legacy and per-thread default streams are valid handles of any context;
+        // graph-rt does not destroy a stream it wraps.
+        let stream = unsafe { Stream::from_raw(&ctx, raw as crate::sys::CUstream) };
+        let (p, _, _) = xy(&ctx, &bufs);
+        let e = Step::new(&stream, p, StepOptions::default(), |_| Ok(())).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::DefaultStream), "{e}");
+    }
+}
