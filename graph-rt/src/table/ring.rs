@@ -107,12 +107,11 @@ impl ArgTable {
 
     /// After a launch: counts it, retires on the table's lane what was replaced before it
     /// (behind its launch count on the table's timeline) and releases what earlier launches
-    /// replaced once the acknowledgements show their launches finished (the one read before
-    /// reusing a mirror first: no extra read of device-written memory while that tells).
+    /// replaced once the acknowledgements show their launches finished (those read before
+    /// reusing a mirror: no extra read of device-written memory).
     pub(super) fn launched(&mut self) {
         self.ledger.launched();
         self.stats.launches += 1;
-        self.timeline.launched(self.ledger.next_seq);
         self.retire_replaced();
     }
 
@@ -132,6 +131,16 @@ impl ArgTable {
     /// freed while the table lives (once the table's stream is idle, after a synchronize say,
     /// everything but the current bindings goes).
     pub fn trim(&mut self) {
+        // What the device has acknowledged so far (the launch path reads only the one
+        // acknowledgement it must wait for), or every launch if the stream is idle.
+        let launched = self.ledger.next_seq;
+        let seen = (0..self.ledger.depth())
+            .filter_map(|m| self.shared.acks.read(m))
+            .max()
+            .unwrap_or(0);
+        if seen <= launched {
+            self.timeline.seen(seen);
+        }
         let idle = self
             .stream
             .as_ref()

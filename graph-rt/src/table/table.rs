@@ -223,7 +223,7 @@ impl ArgTable {
         Ok(Self {
             id: NEXT_TABLE_ID.fetch_add(1, Ordering::Relaxed),
             ctx: ctx.clone(),
-            timeline: Timeline::new(&shared, options.depth),
+            timeline: Timeline::new(),
             lane: Lane::new(&ctx.inner),
             shared,
             capacity: options.capacity,
