@@ -7,6 +7,7 @@ use std::cell::Cell;
 use super::chain::{add1, buffers, fresh_input, N};
 use super::{assert_close, capturing_ctx, function, sized};
 use crate::cublas::{Cublas, Op as CublasOp};
+use crate::foreign::{PreludeMode, PreludeOptions};
 use crate::step::{Buf, EagerReason, Step, StepMode, StepOptions, StepParams, StepScope};
 use crate::{Context, DeviceBuffer, LaunchConfig, Misuse, Stream};
 
@@ -25,6 +26,31 @@ fn xy(ctx: &Context, bufs: &[DeviceBuffer<f32>]) -> (StepParams, Buf<f32>, Buf<f
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_step_of_plain_table_form_and_cublas_work_is_rebound_to_fresh_buffers_every_call() {
+    rebound_mixed_step(StepOptions::default(), Some(PreludeMode::Device));
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_same_step_rewritten_from_the_host_or_run_eagerly_gives_the_same_results() {
+    let host = StepOptions {
+        prelude: PreludeOptions {
+            host_only: true,
+            ..PreludeOptions::default()
+        },
+        ..StepOptions::default()
+    };
+    rebound_mixed_step(host, None);
+    let eager = StepOptions {
+        eager: true,
+        ..StepOptions::default()
+    };
+    rebound_mixed_step(eager, None);
+}
+
+/// A step of a plain `add1` (x → y), a table-form `add1` (y → z) and a GEMM (z → out), every
+/// buffer fresh at every call, no synchronization until the end; every output checked. With
+/// `device`, the step must be a graph whose foreign words are rewritten there.
+fn rebound_mixed_step(options: StepOptions, device: Option<PreludeMode>) {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let blas = Cublas::new(&stream).unwrap();
@@ -53,7 +79,7 @@ fn a_step_of_plain_table_form_and_cublas_work_is_rebound_to_fresh_buffers_every_
     }
     p.bind(&out, &first[3]).unwrap();
     let cfg = LaunchConfig::for_elements(N, 256);
-    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+    let mut step = Step::new(&stream, p, options, |s| {
         let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
         // SAFETY: add1 over N floats of two distinct N-float buffers.
         unsafe { s.launch(&plain, &cfg, (&xb, &yb, N as i32))? };
@@ -79,9 +105,20 @@ fn a_step_of_plain_table_form_and_cublas_work_is_rebound_to_fresh_buffers_every_
         })
     })
     .unwrap();
-    match step.mode() {
-        StepMode::Graph { patched_words, .. } => assert!(*patched_words >= 4, "{patched_words}"),
-        other => panic!("the step runs as {other:?}"),
+    match (step.mode(), device) {
+        (
+            StepMode::Graph {
+                patched_words,
+                prelude,
+                ..
+            },
+            Some(want),
+        ) => {
+            assert!(*patched_words >= 4, "{patched_words}");
+            assert_eq!(prelude.as_ref(), Some(&want));
+        }
+        (mode, Some(_)) => panic!("the step runs as {mode:?}"),
+        (mode, None) => println!("step: {mode:?}"),
     }
     let calls = sized(100, 20, 6);
     let mut kept = Vec::new();
