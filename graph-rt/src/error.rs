@@ -183,6 +183,10 @@ pub enum Misuse {
     StepChanged,
     /// A step's parameter that its closure does not read through the scope, or of another step.
     UnknownParam,
+    /// A copy through a step's scope that reads or writes a declared buffer: copies are not
+    /// rebound between calls (only kernel arguments are). Copy through a kernel, or outside the
+    /// step.
+    ParamCopied,
     /// The legacy default stream (the null handle, `CU_STREAM_LEGACY`) or the per-thread default
     /// stream (`CU_STREAM_PER_THREAD`), which cannot be captured: use a stream of your own
     /// (`Stream::new`, or another library's created stream).

@@ -105,5 +105,5 @@ pub(super) fn after_eager(stream: &Stream, allocations: Vec<Arc<Allocation>>) ->
     let inner = stream.ctx_inner();
     inner.bind()?;
     // A fence that cannot be recorded leaks the allocations: they stay valid for the GEMM.
-    inner.tracker.park(&stream.shared(), parked).map(drop)
+    inner.tracker.park(&stream.shared(), parked)
 }

@@ -78,6 +78,22 @@ impl Drop for DeviceMemory {
     }
 }
 
+/// A foreign owner's guard, dropped once the device has finished the work queued on its
+/// context so far (on the release thread): its owner may free the memory at once, without
+/// waiting as `cuMemFree` does.
+struct GuardAfterDevice(Arc<ContextInner>, Option<crate::resource::Resource>);
+
+impl Drop for GuardAfterDevice {
+    fn drop(&mut self) {
+        let r = self.0.bind().and_then(|_| {
+            // SAFETY: the context is current.
+            unsafe { cu!(cuCtxSynchronize()) }
+        });
+        self.0.record(r);
+        drop(self.1.take());
+    }
+}
+
 impl Drop for Allocation {
     /// Never blocks: memory of `cuMemAlloc` is freed on the context's release thread (after the
     /// device is done with it), stream-ordered memory in stream order.
@@ -89,7 +105,8 @@ impl Drop for Allocation {
             Backing::Foreign => return,
             Backing::Guarded(guard) => {
                 if let Some(guard) = guard.take() {
-                    self.ctx.tracker.release_later(Box::new(guard));
+                    let after = GuardAfterDevice(self.ctx.clone(), Some(guard));
+                    self.ctx.tracker.release_later(Box::new(after));
                 }
                 return;
             }

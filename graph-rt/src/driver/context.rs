@@ -283,15 +283,15 @@ impl ContextInner {
     }
 
     /// From a `Drop`: parks `parked` on this context's tracker until the work queued on
-    /// `stream` so far has finished, and returns the point it waits for. Never blocks; an error
-    /// is recorded (see [`ContextInner::record`]), and when the context cannot even be made
-    /// current nothing can tell when that work ends, so `parked` is leaked rather than freed
-    /// under the device's feet (`park` leaks it itself when it fails).
+    /// `stream` so far has finished. Never blocks; an error is recorded (see
+    /// [`ContextInner::record`]), and when the context cannot even be made current nothing
+    /// can tell when that work ends, so `parked` is leaked rather than freed under the
+    /// device's feet (`park` leaks it itself when it fails).
     pub(crate) fn park_from_drop(
         &self,
         stream: &Arc<super::stream::StreamInner>,
         parked: Vec<super::Parked>,
-    ) -> Option<super::Point> {
+    ) {
         let r = match self.bind() {
             Ok(()) => self.tracker.park(stream, parked),
             Err(e) => {
@@ -299,13 +299,7 @@ impl ContextInner {
                 Err(e)
             }
         };
-        match r {
-            Ok(point) => Some(point),
-            Err(e) => {
-                self.record(Err(e));
-                None
-            }
-        }
+        self.record(r);
     }
 }
 

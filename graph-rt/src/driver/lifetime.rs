@@ -1,19 +1,27 @@
 //! The lifetime tracker: one per context, for everything a launch may still read once its owner
-//! lets go of it — execs and graphs dropped while they may run, buffers dropped while bound,
-//! bindings an exec or a table replaced while a launch may read them. Each is *retired* with a
-//! completion point ([`Point`]): an event recorded after the last work on each stream that may
-//! read it, a count on a timeline the device advances (a table's acknowledgements), or nothing
-//! (its own release waits where it must). It is released once every stream has passed its
-//! point, by the context's release thread, without any call of the user's. Retiring never waits
-//! for the device, and the slow host work of destroying (a 1000-node exec costs about a
-//! millisecond to destroy) never runs on the retiring thread. Every drop that may still be read
-//! goes one way: [`Tracker::park`] (a point after the work queued so far, or, when none can be
-//! recorded, a leak: nothing could tell when the device stops using it).
+//! lets go of it — execs, graphs and tables dropped while they may run, buffers dropped while
+//! bound, cuBLAS handles and workspaces. Each is *retired* with a completion point ([`Point`]):
+//! an event recorded after the last work that may read it (the work of one exec, and of one
+//! table, is ordered, so one point covers it), a count on a timeline the device advances (a
+//! table's acknowledgements), or nothing (its own release waits where it must). It is released
+//! once its point has passed, by the context's release thread, without any call of the user's.
+//! Retiring never waits for the device, and the slow host work of destroying (a 1000-node exec
+//! costs about a millisecond to destroy) never runs on the retiring thread. Every drop that may
+//! still be read goes one way: [`Tracker::park`] (a point after the work queued so far, or, when
+//! none can be recorded, a leak: nothing could tell when the device stops using it).
+//!
+//! What a live owner replaces many times a second (an exec's node bindings, a table's slot
+//! bindings and sets) it retires on its own [`Lane`] of the same points, released on its thread
+//! as they pass; a dropped owner's lane is parked with it (and lets go of everything once its
+//! last launch has finished), or handed to the tracker point by point. `Context::synchronize`
+//! and reclaims reach what is parked, not what a live owner's lane holds (its owner's next
+//! rebinding, `ArgTable::trim` or its drop do).
 //!
 //! The release thread (one per context, started by the first park, deferred drop or
 //! instantiation) polls the points with `cuEventQuery`, backing off up to a millisecond while
-//! none has passed, and sleeps while nothing is parked. `Context::poll` releases what has passed on the calling thread,
-//! `Context::synchronize` releases everything parked before it once the device is idle.
+//! none has passed, and sleeps while nothing is parked. `Context::poll` releases what has passed
+//! on the calling thread, `Context::synchronize` everything parked before it once the device is
+//! idle.
 //!
 //! An allocation that fails for lack of memory asks the release thread to release what is parked
 //! ([`Tracker::reclaim`]): it waits for the points of what was parked so far, releases it
@@ -163,12 +171,11 @@ impl Tracker {
     /// Parks `parked` until the work queued on `stream` so far has finished. The context must
     /// be current. When no point can be recorded, `parked` is leaked (kept alive for good): it
     /// may still be in use, and nothing could tell when it stops being.
-    /// Returns the point it waits for (a table ends its timeline with it).
-    pub(crate) fn park(&self, stream: &Arc<StreamInner>, parked: Vec<Parked>) -> Result<Point> {
+    pub(crate) fn park(&self, stream: &Arc<StreamInner>, parked: Vec<Parked>) -> Result<()> {
         match point_after(stream) {
             Ok(point) => {
-                self.retire(point.clone(), parked);
-                Ok(point)
+                self.retire(point, parked);
+                Ok(())
             }
             Err(e) => {
                 std::mem::forget(parked);

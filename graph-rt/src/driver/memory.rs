@@ -254,8 +254,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// Wraps device memory another library owns, kept allocated while `guard` lives (a
     /// framework's tensor or buffer handle): graph-rt holds the guard until this buffer and
     /// every graph, exec, table and step that uses it are gone and their launches have
-    /// finished, then drops it (on the context's release thread). Drop your own handle on the
-    /// memory whenever you like.
+    /// finished, then drops it on the context's release thread once the device has finished
+    /// all work queued on the context before (its owner may then free the memory at once).
+    /// Drop your own handle on the memory whenever you like.
     ///
     /// # Safety
     /// `ptr` must point at `len` elements of `T` in memory of `ctx` that stays allocated while

@@ -86,25 +86,31 @@ impl Retention {
         if self.newest == Some(launch) && !self.lane.is_empty() {
             return self.lane.join_newest(old);
         }
-        self.lane.collect(true);
+        self.lane.collect(true).for_each(drop);
         let inner = &self.ctx.inner;
         match inner.bind().and_then(|()| point_after(stream)) {
             Ok(point) => {
                 self.lane.retire(point, old);
                 self.newest = Some(launch);
             }
-            // Cannot tell when the launch ends: the one way out of a drop (a point after the
-            // stream's work, else a leak).
+            // Cannot tell when the launch ends: wait for it here, else keep them for good (a
+            // leak: nothing can tell when the device stops reading them).
             Err(e) => {
                 inner.record(Err(e));
-                inner.park_from_drop(stream, vec![Box::new(old)]);
+                match stream.synchronize() {
+                    Ok(()) => drop(old),
+                    Err(e) => {
+                        inner.record(Err(e));
+                        std::mem::forget(old);
+                    }
+                }
             }
         }
     }
 
     /// Every launch of the exec has finished: releases every replaced binding.
     pub(crate) fn idle(&mut self) {
-        self.lane.idle();
+        self.lane.idle().for_each(drop);
         self.newest = None;
     }
 

@@ -18,7 +18,8 @@
 //!
 //! Each call then binds ([`Step::bind`], [`Step::set`]) and launches ([`Step::run`]): one
 //! launch through the step's table, which keeps every bound buffer alive until the replays that
-//! may read it have finished.
+//! may read it have finished. (The buffers bound when the step was made stay alive as long as
+//! the step: its graph was captured with them.)
 //!
 //! The mechanism is the device-updatable mix: table forms and the prelude, one exec, no
 //! host-side node updates (the layer stack's best measured mix). The cost model's choice among
@@ -151,7 +152,7 @@ where
         match step.capture(&dyn_first, &options) {
             Ok((graph, report)) => {
                 step.graph = Some(graph);
-                // The closure does not run again: the table alone keeps what is bound.
+                // The closure does not run again: the table keeps what later calls bind.
                 step.params.forget_bound();
                 step.report = report;
                 Ok(step)

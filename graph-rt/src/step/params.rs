@@ -81,6 +81,14 @@ pub(super) struct Bound {
     pub(super) buffer: Box<dyn Any + Send + Sync>,
     pub(super) base: CUdeviceptr,
     pub(super) len: usize,
+    pub(super) bytes: usize,
+}
+
+impl Bound {
+    /// Whether the `bytes` bytes at `addr` overlap this buffer.
+    pub(super) fn overlaps(&self, addr: CUdeviceptr, bytes: usize) -> bool {
+        addr < self.base + self.bytes as u64 && self.base < addr + bytes as u64
+    }
 }
 
 /// A declared buffer: its slot, the bytes its kernels read, how to allocate a stand-in.
@@ -99,6 +107,7 @@ fn stand_in<T: Pod>(ctx: &Context, len: usize) -> Result<Bound> {
     Ok(Bound {
         base: b.as_raw(),
         len: b.len(),
+        bytes: b.num_bytes(),
         buffer: Box::new(b),
     })
 }
@@ -143,18 +152,21 @@ impl StepParams {
     /// kernels by their operands' alignment), that changes between calls. Kernels of the step
     /// may read its first `min_len` elements: declare the length they read.
     pub fn buffer<T: Pod>(&mut self, min_len: usize) -> Result<Buf<T>> {
-        if min_len == 0 || std::mem::size_of::<T>() == 0 {
-            return Err(Error::invalid(
-                "StepParams::buffer",
-                "a declared buffer holds at least one element of a sized type",
-            ));
-        }
+        let min_bytes = min_len
+            .checked_mul(std::mem::size_of::<T>())
+            .filter(|&b| b > 0)
+            .ok_or_else(|| {
+                Error::invalid(
+                    "StepParams::buffer",
+                    "a declared buffer holds at least one element of a sized type, and fewer than 2^64 bytes",
+                )
+            })?;
         let slot = self.table.ptr_slot_with::<T>(16, min_len)?;
         self.by_slot.resize(slot.index as usize + 1, None);
         self.by_slot[slot.index as usize] = Some(self.params.len());
         self.params.push(Param {
             slot: slot.erased(),
-            min_bytes: min_len * std::mem::size_of::<T>(),
+            min_bytes,
             bound: None,
             stand_in: stand_in::<T>,
         });
@@ -176,6 +188,7 @@ impl StepParams {
         self.params[index].bound = Some(Bound {
             base: buffer.as_raw(),
             len: buffer.len(),
+            bytes: buffer.num_bytes(),
             buffer: Box::new(buffer.alias()),
         });
         Ok(())
@@ -206,7 +219,8 @@ impl StepParams {
     }
 
     /// Lets go of the handles on the buffers bound (a captured step's closure does not run
-    /// again; the table keeps the buffers as long as a replay may read them).
+    /// again; the table keeps what later calls bind as long as a replay may read it, the graph
+    /// what it was captured with as long as it lives).
     pub(super) fn forget_bound(&mut self) {
         self.params.iter_mut().for_each(|p| p.bound = None);
     }

@@ -8,7 +8,7 @@ use bytemuck::Pod;
 
 use super::params::{Bound, Buf, StepParams};
 use crate::cublas::Cublas;
-use crate::driver::{DeviceBuffer, Function, Stream};
+use crate::driver::{DeviceBuffer, Function, Parked, Stream};
 use crate::error::{Error, Misuse, Result};
 use crate::graph::CaptureScope;
 use crate::launch::{KernelArgs, LaunchConfig};
@@ -179,13 +179,42 @@ impl<'a> StepScope<'a> {
         }
     }
 
-    /// Copies `src` into `dst` (same lengths) on the step's stream.
+    /// Copies `src` into `dst` (same lengths) on the step's stream. Neither may be a declared
+    /// buffer ([`Misuse::ParamCopied`]): a copy is not rebound between calls.
     pub fn copy<T: Pod>(&self, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
+        const CALL: &str = "StepScope::copy";
+        let bound = match self.stand_ins {
+            Some(s) => s.iter().collect::<Vec<_>>(),
+            None => self
+                .params
+                .params
+                .iter()
+                .filter_map(|p| p.bound.as_ref())
+                .collect(),
+        };
+        for (addr, bytes) in [
+            (dst.as_raw(), dst.num_bytes()),
+            (src.as_raw(), src.num_bytes()),
+        ] {
+            if bound.iter().any(|b| b.overlaps(addr, bytes)) {
+                return Err(Error::misuse(
+                    CALL,
+                    Misuse::ParamCopied,
+                    "the copy reads or writes a declared buffer, and copies are not rebound between calls: copy through a kernel, or outside the step",
+                ));
+            }
+        }
         self.after_refresh.set(false);
         match &self.run {
-            // SAFETY: both buffers' memory outlives the copy: a dropped buffer's memory is
-            // freed only once the device's work is done.
-            Run::Eager(s) => unsafe { dst.copy_from_device_async(src, s) },
+            Run::Eager(s) => {
+                // SAFETY: both buffers' allocations are kept until the copy has run (below).
+                unsafe { dst.copy_from_device_async(src, s)? };
+                let keep: Vec<Parked> = vec![
+                    Box::new(dst.allocation().clone()),
+                    Box::new(src.allocation().clone()),
+                ];
+                s.ctx_inner().tracker.park(&s.shared(), keep)
+            }
             Run::Capture(c) => c.copy(dst, src).map(drop),
         }
     }

@@ -244,10 +244,7 @@ impl<R, S> Ledger<R, S> {
 /// What launches replaced, handed on as one: launches below `through` may read it.
 pub(super) struct Replaced<R, S> {
     pub(super) through: u64,
-    // Held, not read (but by the CPU model): dropping them releases what they keep.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) bindings: Vec<(u64, R)>,
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(super) sets: Vec<(u64, S)>,
 }
 

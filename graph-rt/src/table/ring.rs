@@ -4,7 +4,11 @@
 use std::sync::atomic::Ordering;
 
 use super::table::ArgTable;
-use crate::driver::{Lane, Parked, Point, Stream};
+use std::sync::Arc;
+
+use super::ledger::Replaced;
+use super::set::SetKeep;
+use crate::driver::{Allocation, ContextInner, Lane, Parked, Point, Stream};
 use crate::error::{Error, Misuse, Result};
 
 /// The device acknowledged refresh `seen` where the host expected at most `expected`: it
@@ -120,7 +124,7 @@ impl ArgTable {
             let point = Point::Progress(self.timeline.clone(), replaced.through);
             self.lane.retire(point, vec![replaced]);
         }
-        self.lane.collect(true);
+        release(&self.ctx.inner, self.lane.collect(true));
     }
 
     /// Lets go of every slot's earlier bindings (the three it remembers, so that rebinding a slot
@@ -153,6 +157,41 @@ impl ArgTable {
     }
 }
 
+/// A dropped table's lane, parked with the table behind its last launch: released, it lets go
+/// of everything it holds (those launches have finished), rather than handing it on.
+struct Finished(Lane<Replaced<Arc<Allocation>, SetKeep>>);
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let ctx = self.0.ctx_inner().clone();
+        release(&ctx, self.0.idle());
+    }
+}
+
+/// Drops what launches replaced and no launch reads any more: a reference count here (on a
+/// line this thread touched when it took the reference); the last references of allocations,
+/// whose drop frees device memory, in one batch on the context's release thread.
+fn release(ctx: &ContextInner, done: impl Iterator<Item = Replaced<Arc<Allocation>, SetKeep>>) {
+    let (mut last, mut last_sets) = (Vec::new(), Vec::new());
+    for r in done {
+        last.extend(
+            r.bindings
+                .into_iter()
+                .map(|e| e.1)
+                .filter(|a| Arc::strong_count(a) == 1),
+        );
+        last_sets.extend(
+            r.sets
+                .into_iter()
+                .map(|e| e.1)
+                .filter(|s| Arc::strong_count(s) == 1),
+        );
+    }
+    if !last.is_empty() || !last_sets.is_empty() {
+        ctx.tracker.release_later(Box::new((last, last_sets)));
+    }
+}
+
 impl Drop for ArgTable {
     /// Never blocks: what launches may still read (the bindings, the table's memory) is parked
     /// on the context behind an event after the table's last launch.
@@ -162,15 +201,13 @@ impl Drop for ArgTable {
         };
         let ledger = std::mem::replace(&mut self.ledger, super::ledger::Ledger::new(1));
         let lane = std::mem::replace(&mut self.lane, Lane::new(&self.ctx.inner));
+        // Released once the table's last launch has finished (or the context was synchronized
+        // since): then nothing the lane holds is read any more either.
         let parked: Vec<Parked> = vec![
             Box::new(ledger),
             Box::new(self.shared.clone()),
-            Box::new(lane),
+            Box::new(Finished(lane)),
         ];
-        // What the lane retired waits for launches on the timeline: none will come after the
-        // point the rest waits for.
-        if let Some(point) = self.ctx.inner.park_from_drop(&stream, parked) {
-            self.timeline.end(point);
-        }
+        self.ctx.inner.park_from_drop(&stream, parked);
     }
 }

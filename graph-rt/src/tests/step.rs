@@ -368,3 +368,32 @@ fn a_step_on_a_default_stream_is_refused() {
         assert_eq!(e.misuse_kind(), Some(&Misuse::DefaultStream), "{e}");
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_that_copies_a_declared_buffer_is_refused_before_any_capture() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let bufs = buffers(&ctx, 2);
+    let (p, x, _) = xy(&ctx, &bufs);
+    let mut scratch = buffers(&ctx, 1).pop().unwrap();
+    let e = Step::new(&stream, p, StepOptions::default(), |s| {
+        s.copy(&mut scratch, &s.buffer(&x)?)
+    })
+    .unwrap_err();
+    assert_eq!(e.misuse_kind(), Some(&Misuse::ParamCopied), "{e}");
+    // A copy between buffers the step does not declare is fine, eagerly and captured.
+    let (p, _, _) = xy(&ctx, &bufs);
+    let other = buffers(&ctx, 1).pop().unwrap();
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        s.copy(&mut scratch, &other)
+    })
+    .unwrap();
+    assert!(
+        matches!(step.mode(), StepMode::Graph { .. }),
+        "{:?}",
+        step.mode()
+    );
+    step.run().unwrap();
+    stream.synchronize().unwrap();
+}

@@ -25,6 +25,11 @@ impl<T: Send + 'static> Lane<T> {
         }
     }
 
+    /// The context whose tracker the lane hands on to.
+    pub(crate) fn ctx_inner(&self) -> &Arc<ContextInner> {
+        &self.ctx
+    }
+
     /// Retires `items` behind `point`.
     pub(crate) fn retire(&mut self, point: Point, items: Vec<T>) {
         self.entries.push_back((point, items));
@@ -44,9 +49,11 @@ impl<T: Send + 'static> Lane<T> {
         self.entries.is_empty()
     }
 
-    /// Releases, here, the retirements whose points have passed. When `ordered` (the owner's
-    /// launches run in order), the newest passed point proves every older one passed too.
-    pub(crate) fn collect(&mut self, ordered: bool) {
+    /// Takes the retirements whose points have passed, for the owner to drop (here, or the
+    /// last references of device memory in one batch on the release thread). When `ordered`
+    /// (the owner's launches run in order), the newest passed point proves every older one
+    /// passed too.
+    pub(crate) fn collect(&mut self, ordered: bool) -> impl Iterator<Item = T> + '_ {
         let done = if ordered {
             self.entries
                 .iter()
@@ -55,12 +62,12 @@ impl<T: Send + 'static> Lane<T> {
         } else {
             self.entries.iter().take_while(|(p, _)| p.passed()).count()
         };
-        self.entries.drain(..done);
+        self.entries.drain(..done).flat_map(|(_, items)| items)
     }
 
-    /// The owner's every launch has finished: releases everything, here.
-    pub(crate) fn idle(&mut self) {
-        self.entries.clear();
+    /// The owner's every launch has finished: takes everything, for the owner to drop.
+    pub(crate) fn idle(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.entries.drain(..).flat_map(|(_, items)| items)
     }
 
     /// How many items are held.
