@@ -14,6 +14,18 @@ use crate::{Context, DeviceBuffer, LaunchConfig, Misuse, Stream};
 /// Rows of the GEMM the mixed step ends with: `out (M × 16) = z (M × N/M) · ones (N/M × 16)`.
 const M: usize = 16;
 
+/// One call of a step whose closure computes `y = x + 1`, on a fresh `y`: right.
+fn runs_add1<F>(step: &mut Step<F>, y: &Buf<f32>, input: &[f32])
+where
+    F: FnMut(&StepScope<'_>) -> crate::Result<()>,
+{
+    let out = DeviceBuffer::<f32>::zeroed(step.stream().context(), N).unwrap();
+    step.bind(y, &out).unwrap();
+    step.run().unwrap();
+    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+}
+
 /// Parameters `x` and `y` of `N` floats, bound to `bufs[0]` and `bufs[1]`.
 fn xy(ctx: &Context, bufs: &[DeviceBuffer<f32>]) -> (StepParams, Buf<f32>, Buf<f32>) {
     let mut p = StepParams::new(ctx, 4).unwrap();
@@ -233,11 +245,7 @@ fn a_step_that_synchronizes_through_its_scope_runs_eagerly_and_names_the_call() 
         "{:?}",
         step.mode()
     );
-    let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
-    step.bind(&y, &out).unwrap();
-    step.run().unwrap();
-    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
-    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+    runs_add1(&mut step, &y, &input);
 }
 
 #[test]
@@ -347,11 +355,7 @@ fn a_step_whose_capture_fails_runs_eagerly_with_the_error_and_the_context_stays_
         "{:?}",
         step.mode()
     );
-    let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
-    step.bind(&y, &out).unwrap();
-    step.run().unwrap();
-    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
-    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+    runs_add1(&mut step, &y, &input);
 }
 
 #[test]
