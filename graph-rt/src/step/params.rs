@@ -255,3 +255,28 @@ impl StepParams {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Bound;
+
+    fn bound(base: u64, bytes: usize) -> Bound {
+        Bound {
+            buffer: Box::new(()),
+            base,
+            len: bytes / 4,
+            bytes,
+        }
+    }
+
+    #[test]
+    fn a_range_overlaps_a_bound_buffer_when_they_share_a_byte() {
+        let b = bound(0x1000, 0x100);
+        assert!(b.overlaps(0x1000, 1));
+        assert!(b.overlaps(0x10ff, 1));
+        assert!(b.overlaps(0xf00, 0x101));
+        assert!(b.overlaps(0x800, 0x1000), "a range around the buffer");
+        assert!(!b.overlaps(0x1100, 4), "just after");
+        assert!(!b.overlaps(0xf00, 0x100), "just before");
+    }
+}

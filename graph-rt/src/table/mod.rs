@@ -4,6 +4,7 @@
 //!
 //! Depends on `driver/`, `launch/` and `graph/`.
 
+mod bind;
 mod changes;
 mod keep;
 mod kernel;
