@@ -529,9 +529,9 @@ impl Cublas {
 impl Drop for Cublas {
     /// Never waits, and is allowed inside a capture of the handle's stream or of any other:
     /// `cublasDestroy_v2` waits for the device (what a capture forbids: it would invalidate
-    /// it), so the handle and its workspace are parked on the context's release queue behind a
-    /// fence after the work queued on the handle's stream (recorded once the stream's capture
-    /// has ended, if it captures). The release thread destroys them once the fence has
+    /// it), so the handle and its workspace are parked on the context's lifetime tracker behind
+    /// a point after the work queued on the handle's stream (recorded once the stream's capture
+    /// has ended, if it captures). The release thread destroys them once the point has
     /// completed, never while a global-mode capture of graph-rt runs; so do
     /// [`Context::synchronize`](crate::Context::synchronize),
     /// [`Context::poll`](crate::Context::poll) and the context's teardown. Destroying at once

@@ -7,7 +7,7 @@
 //! GEMM's on the handle's stream B. Since the GEMMs are safe, graph-rt orders them itself:
 //!
 //! * Eagerly, B first waits for what A has queued so far (an event recorded on A), and the
-//!   allocation is kept alive on the context's release queue behind a fence after the GEMM on
+//!   allocation is kept alive by the context's lifetime tracker behind a point after the GEMM on
 //!   B: it is freed on A only once the GEMM has finished. A does not wait for B.
 //! * In a capture of B ([`Cublas::record`](super::Cublas::record)), the graph waits for what
 //!   A has queued so far through an event-wait node (`cuStreamWaitEvent` with

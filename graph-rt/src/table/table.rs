@@ -123,8 +123,8 @@ pub(super) const HOST_PATCHED: u64 = 1 << 63;
 ///   before it (so rebinding among up to four buffers a slot — double or triple buffering —
 ///   costs no reference counting; a binding new to its slot costs one count, and the one it
 ///   evicts one more, later); evicted ones are released once the launches made before their
-///   eviction have finished (known from the acknowledgements, no event; a table dropped ends
-///   its timeline with an event after its last launch). [`ArgTable::trim`]
+///   eviction have finished (known from the acknowledgements the launch path reads, no event;
+///   a dropped table lets go of them with itself, after its last launch). [`ArgTable::trim`]
 ///   lets go of the earlier ones.
 /// * **Streams**: every launch and refresh through one table goes to one stream, the first one
 ///   used; another stream is refused ([`Misuse::OtherStream`](crate::Misuse::OtherStream)),

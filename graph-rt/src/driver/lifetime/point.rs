@@ -95,9 +95,10 @@ impl Point {
         match self {
             Point::None => true,
             Point::Capturing(_) => false,
-            // Polled: its owner's drop ends the timeline with an event, which passes once the
-            // device is done. A timeline that never got one (its owner's drop found the context
-            // broken) is given up on after a second: what waits for it is leaked.
+            // Polled: the timeline advances with its owner's later launches, which may never
+            // come (graph-rt's own timelines never reach the tracker: a dropped table's lane
+            // lets go of everything with its parked batch). Given up on after a second: what
+            // waits for it is leaked.
             Point::Progress(timeline, at) => {
                 let deadline = std::time::Instant::now() + PROGRESS_PATIENCE;
                 while !timeline.reached(*at) {
