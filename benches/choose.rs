@@ -34,6 +34,7 @@ const SIZES: [usize; 4] = [10, 50, 200, 1000];
 const TARGET: f64 = 1.03;
 
 fn main() -> ExitCode {
+    common::built_from("choose");
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

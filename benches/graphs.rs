@@ -518,6 +518,7 @@ fn raw_capture_instantiate(stream: &Stream, f: &Function, cfg: &LaunchConfig, pt
 }
 
 fn main() {
+    common::built_from("graphs");
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(e) => {

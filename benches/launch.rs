@@ -67,6 +67,7 @@ fn time_batches_among(
 }
 
 fn main() {
+    common::built_from("launch");
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(e) => {

@@ -17,6 +17,7 @@ mod mechanisms;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    println!("layers: built from {}", graph_rt_dev::BUILT_FROM);
     // `cargo bench` passes `--bench`; nothing else is read.
     let ran = mechanisms::run(100).and_then(|a| Ok(a & layers::run(100)?));
     match ran {

@@ -16,6 +16,7 @@ const ELEMS: usize = 4096;
 const NODES: usize = 200;
 
 fn main() {
+    common::built_from("step");
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(e) => {

@@ -435,6 +435,7 @@ fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64, f64)> {
 }
 
 fn main() {
+    common::built_from("table");
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(e) => {

@@ -190,6 +190,7 @@ impl Case {
 }
 
 fn main() {
+    common::built_from("triton");
     let ctx = match Context::new(0) {
         Ok(ctx) => ctx,
         Err(e) => return eprintln!("triton bench skipped: {e}"),

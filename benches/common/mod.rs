@@ -49,3 +49,9 @@ pub fn interleave_blocks(
 pub fn median(v: Vec<f64>) -> f64 {
     graph_rt::timing::median(v)
 }
+
+/// Prints which commit the bench was built from (a figure on the GPU machine then names it).
+#[allow(dead_code)] // each bench compiles this module; not all print it
+pub fn built_from(bench: &str) {
+    println!("{bench}: built from {}", graph_rt_dev::BUILT_FROM);
+}
