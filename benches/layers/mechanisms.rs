@@ -22,6 +22,8 @@
 
 use std::time::Instant;
 
+use graph_rt::calibrate::{cost_model, CalibrateOptions};
+use graph_rt::choose::{best_mix, predict_mixes, Mix, NodeKind};
 use graph_rt::cublas::{Cublas, Op as CublasOp};
 use graph_rt::foreign::{discover_graphs, Dynamic, HostPatcher, Prelude, PreludeOptions};
 use graph_rt::table::{PtrSlot, TableKernel};
@@ -275,6 +277,15 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         &plain_dyn(&x_q, &out_q, &sets[1]),
     )?;
     drop(plain_second);
+    // The stack's kernels by kind, in launch order, for the cost model's prediction of mixes.
+    let shipped = [k.bias_gelu.as_raw() as usize, k.residual.as_raw() as usize];
+    let kinds: Vec<NodeKind> = snaps
+        .iter()
+        .map(|s| match shipped.contains(&s.params.function) {
+            true => NodeKind::Rewritable,
+            false => NodeKind::Foreign,
+        })
+        .collect();
     let mut patcher = HostPatcher::new(&snaps, &d, 2 + 3 * LAYERS)?;
     let mut host_exec = plain_graph.instantiate()?;
     let mut recapture_exec = plain_graph.instantiate()?;
@@ -548,5 +559,43 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         gc / gp,
         ge / gp
     );
+    // The cost model's prediction of the mixes (the choose bench, run before, cached it).
+    match cost_model(&stream, &CalibrateOptions::default()) {
+        Ok((model, source)) => {
+            let predicted =
+                predict_mixes(&kinds, &model, pdl, Prelude::device_support(&ctx).is_ok());
+            let best = best_mix(&predicted);
+            let measured = [
+                (Mix::TableAndPrelude, c),
+                (Mix::PreludeEverywhere, e),
+                (Mix::HostUpdates, h),
+            ];
+            let fastest = measured
+                .iter()
+                .min_by(|a, b| a.1.total_cmp(&b.1))
+                .map(|m| m.0);
+            let within = best
+                .and_then(|b| measured.iter().find(|m| m.0 == b))
+                .zip(fastest.and_then(|f| measured.iter().find(|m| m.0 == f)))
+                .map(|(b, f)| b.1 / f.1);
+            let cells: Vec<String> = predicted
+                .iter()
+                .map(|p| match p.us {
+                    Ok(us) => format!("{} {us:.1}", p.mix),
+                    Err(why) => format!("{} n/a ({why})", p.mix),
+                })
+                .collect();
+            println!(
+                "layers: the cost model ({source:?}) predicts, over {} kernel nodes ({} rewritable): {} · best {}; measured best {}; the predicted mix measures {:.3}× the measured best",
+                kinds.len(),
+                kinds.iter().filter(|k| **k == NodeKind::Rewritable).count(),
+                cells.join(" · "),
+                best.map_or("none".into(), |m| m.to_string()),
+                fastest.map_or("none".into(), |m| m.to_string()),
+                within.unwrap_or(f64::NAN),
+            );
+        }
+        Err(e) => println!("layers: no cost model to predict the mixes: {e}"),
+    }
     Ok(pass)
 }

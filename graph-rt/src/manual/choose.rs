@@ -61,8 +61,12 @@
 //! # Ok(()) }
 //! ```
 //!
-//! The model is measured on chains of one kernel kind: it does not predict mixes (after a
-//! cuBLAS kernel, which does not let its dependents start early, a table-form kernel's slot
-//! loads cannot hide behind PDL). The repository's `layers` bench measures two mixes in the
-//! same rounds and keeps the faster. [`crate::calibrate::chain_step`] and [`crate::calibrate::chain_shape`] give the
+//! The model is measured on chains of one kernel kind. For a graph that mixes kernels graph-rt
+//! can rewrite with kernels it cannot, [`crate::choose::predict_mixes`] predicts each mix —
+//! table forms with the prelude for the foreign kernels, the prelude everywhere, host updates —
+//! node by node from the lines' slopes, with one rule the chains do not show: after a cuBLAS
+//! kernel, which does not let its dependents start early, a table-form kernel's slot loads
+//! cannot hide behind PDL. On the H200's calibration it predicts the prelude everywhere for the
+//! layer stack, the mix measured fastest there (the repository's `layers` bench prints both).
+//! [`crate::calibrate::chain_step`] and [`crate::calibrate::chain_shape`] give the
 //! calibration's own workload and its shape, to compare the mechanisms on it.
