@@ -2,8 +2,10 @@
 //! second (the bindings it replaced while a launch may read them), kept by the owner and
 //! released on its thread, where dropping a reference is a count on a cache line that thread
 //! already holds. Each is retired with a [`Point`] like everything the tracker holds, and
-//! released once it has passed; what a lane still holds when its owner lets go goes to the
-//! context's [`Tracker`](super::Tracker), the one way out.
+//! released once it has passed. What a lane still holds when it is dropped goes to the
+//! context's [`Tracker`](super::Tracker) point by point (an exec's lane, parked with the exec);
+//! an owner that knows its launches have finished takes everything first ([`Lane::idle`]: a
+//! dropped table's lane, released with the table's parked batch).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
