@@ -567,3 +567,76 @@ fn tenth_cost() {
         stage * 1e6
     );
 }
+
+/// Binding a random tenth of 1001 slots against binding all of them, with the ledger's memory
+/// in cache and with the caches flushed between rounds (as other work between a model's steps
+/// would): a random binding touches about six cache lines (the slot, the buffer, its word,
+/// its block's stamp, its owner, its keys) that no prefetcher foresees, so with cold caches a
+/// tenth costs far more than a tenth of all (release builds:
+/// `cargo test --release -p graph-rt --lib tenth_random -- --ignored --nocapture`).
+#[test]
+#[ignore = "a timing, not a check"]
+fn tenth_random_against_all_warm_and_cold() {
+    let k = 1001;
+    let sets: Vec<Vec<Arc<u64>>> = (0..2)
+        .map(|s| {
+            (0..k)
+                .map(|i| Arc::new(((s * k + i) as u64 + 1) * 16))
+                .collect()
+        })
+        .collect();
+    let mut rng = StdRng::seed_from_u64(1);
+    let picks: Vec<Vec<usize>> = (0..64)
+        .map(|_| (0..k / 10).map(|_| rng.random_range(0..k)).collect())
+        .collect();
+    let mut junk = vec![0u64; 8 << 20 >> 3];
+    for cold in [false, true] {
+        let mut medians = Vec::new();
+        for random in [false, true] {
+            let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
+            for _ in 0..k {
+                ledger.push_slot();
+            }
+            let mut mirrors = vec![vec![0u64; k.div_ceil(8) * 8]; 4];
+            let mut times = Vec::new();
+            for round in 0..3000usize {
+                if cold {
+                    junk.iter_mut().step_by(8).for_each(|x| *x += 1);
+                    std::hint::black_box(&junk);
+                }
+                let set = &sets[round % 2];
+                let t = std::time::Instant::now();
+                let mut bind = |i: usize| {
+                    let b = &set[i];
+                    let key = Arc::as_ptr(b) as usize;
+                    ledger.set(i, key as u64, key, || Some(b.clone()));
+                };
+                if random {
+                    picks[round % picks.len()].iter().for_each(|&i| bind(i));
+                } else {
+                    (0..k).for_each(bind);
+                }
+                let (m, _) = ledger.next_mirror();
+                ledger.stage(&mut mirrors[m]);
+                ledger.launched();
+                ledger.acknowledged(ledger.next_seq);
+                drop(ledger.take_replaced());
+                if round >= 1000 {
+                    times.push(t.elapsed().as_secs_f64() * 1e6);
+                }
+            }
+            medians.push(crate::timing::median(times));
+        }
+        println!(
+            "{}: all {:.2} µs, a random tenth {:.2} µs ({:.3} of all)",
+            if cold {
+                "caches flushed"
+            } else {
+                "caches warm"
+            },
+            medians[0],
+            medians[1],
+            medians[1] / medians[0]
+        );
+    }
+}
