@@ -29,13 +29,19 @@ pub(super) struct SetView<'a> {
     pub(super) blocks: &'a [(u32, u64)],
     /// The slots' words, in the order of `indices`.
     pub(super) words: &'a [u64],
+    /// The same words, shared: a set of every slot in order then becomes the table's words
+    /// with no copy (staging reads them from there).
+    pub(super) source: Option<&'a std::sync::Arc<[u64]>>,
 }
 
 /// The host's side of a table of `depth` mirrors; `R` is what a binding keeps alive, `S` what a
 /// prepared set does.
 pub(super) struct Ledger<R, S = R> {
-    /// The bindings, as the next launch will see them.
+    /// The bindings, as the next launch will see them (unless `from_set`).
     pub(super) words: Vec<u64>,
+    /// The words of a set of every slot applied last, which are the bindings while nothing
+    /// was bound since (`words` is stale meanwhile: see [`Ledger::materialize`]).
+    from_set: Option<std::sync::Arc<[u64]>>,
     pub(super) keeps: Keeps<R>,
     /// The prepared sets that slots are bound from.
     owners: Owners<S>,
@@ -61,6 +67,7 @@ impl<R, S> Ledger<R, S> {
     pub(super) fn new(depth: usize) -> Self {
         Self {
             words: Vec::new(),
+            from_set: None,
             keeps: Keeps::default(),
             owners: Owners::default(),
             replaced_sets: Vec::new(),
@@ -80,6 +87,7 @@ impl<R, S> Ledger<R, S> {
 
     /// Adds an unbound slot; returns its index.
     pub(super) fn push_slot(&mut self) -> usize {
+        self.materialize();
         let i = self.words.len();
         self.words.push(0);
         self.keeps.push();
@@ -114,6 +122,9 @@ impl<R, S> Ledger<R, S> {
         at: Option<usize>,
         make: impl FnOnce() -> Option<R>,
     ) {
+        if self.from_set.is_some() {
+            self.materialize();
+        }
         let old = std::mem::replace(&mut self.words[i], word);
         if old != word {
             self.changes.mark(i, self.next_seq);
@@ -152,6 +163,14 @@ impl<R, S> Ledger<R, S> {
             // Its slots are bound from it still: their words are its words.
             return;
         }
+        if let (Some(source), Some(0)) = (set.source, set.start) {
+            if source.len() == self.words.len() {
+                self.from_set = Some(source.clone());
+                self.changes.mark_all(self.next_seq);
+                return;
+            }
+        }
+        self.materialize();
         match set.start {
             Some(start) => {
                 self.words[start..start + set.words.len()].copy_from_slice(set.words);
@@ -197,7 +216,26 @@ impl<R, S> Ledger<R, S> {
     /// the blocks of words it lacks: all of them the first time, then those changed since its
     /// previous launch was staged (see [`Changes`]). Returns how many words it wrote.
     pub(super) fn stage(&mut self, mirror: &mut [u64]) -> usize {
-        self.changes.stage(mirror, &self.words, self.next_seq)
+        let words = self.from_set.as_deref().unwrap_or(&self.words);
+        self.changes.stage(mirror, words, self.next_seq)
+    }
+
+    /// Slot `i`'s word for the next launch.
+    #[inline]
+    pub(super) fn word(&self, i: usize) -> Option<u64> {
+        match &self.from_set {
+            Some(words) => words.get(i).copied(),
+            None => self.words.get(i).copied(),
+        }
+    }
+
+    /// Makes `words` the bindings again after a set of every slot was applied with no copy:
+    /// the copy, now that a binding is made one by one.
+    #[cold]
+    pub(super) fn materialize(&mut self) {
+        if let Some(words) = self.from_set.take() {
+            self.words.copy_from_slice(&words);
+        }
     }
 
     /// The acknowledgement `ack` was seen: launch `ack - 1` has refreshed the table, which it

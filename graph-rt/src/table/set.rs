@@ -64,6 +64,7 @@ impl Layout {
             start: self.start,
             blocks: &self.blocks,
             words,
+            source: None,
         }
     }
 }
@@ -101,7 +102,7 @@ impl Layout {
 pub struct BindingSet {
     table: u64,
     layout: Arc<Layout>,
-    words: Box<[u64]>,
+    words: Arc<[u64]>,
     keep: SetKeep,
 }
 
@@ -163,7 +164,10 @@ impl ArgTable {
             ));
         }
         let keep_id = Arc::as_ptr(&set.keep) as *const () as usize;
-        let view = set.layout.view(&set.words, keep_id);
+        let view = SetView {
+            source: Some(&set.words),
+            ..set.layout.view(&set.words, keep_id)
+        };
         self.ledger.apply_set(&view, || set.keep.clone());
         Ok(())
     }
@@ -303,7 +307,7 @@ impl BindingSetBuilder<'_> {
         keep.dedup_by_key(|a| key_of(a));
         keep.retain(|a| used.binary_search(&key_of(a)).is_ok());
         let indices: Box<[u32]> = last.iter().map(|e| e.0).collect();
-        let words: Box<[u64]> = last.iter().map(|e| e.1).collect();
+        let words: Arc<[u64]> = last.iter().map(|e| e.1).collect();
         Ok(BindingSet {
             table: table.id,
             layout: table.layout(indices),

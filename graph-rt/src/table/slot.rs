@@ -211,7 +211,7 @@ impl super::ArgTable {
 
     /// The address the next launch will see in slot `index` (0 if never bound).
     pub(crate) fn word(&self, index: u32) -> u64 {
-        self.ledger.words.get(index as usize).copied().unwrap_or(0)
+        self.ledger.word(index as usize).unwrap_or(0)
     }
 
     /// The table's refresh kernel (to find its node in a graph).

@@ -9,7 +9,7 @@ use std::sync::{Arc, Weak};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{finished_by, Ledger};
+use super::{finished_by, Ledger, SetView};
 use crate::table::keep::NOTHING;
 use crate::table::set::Layout;
 
@@ -211,7 +211,13 @@ impl Model {
     /// `ArgTable::bind_set`: the slots of `layout` take `words`, kept alive by `token` (the
     /// set's allocations).
     fn apply_set(&mut self, layout: &Layout, words: &[u64], token: &Arc<u64>) {
-        let view = layout.view(words, Arc::as_ptr(token) as usize);
+        // Shared words, as a `BindingSet` has: a set of every slot becomes the table's words
+        // with no copy.
+        let shared: Arc<[u64]> = words.into();
+        let view = SetView {
+            source: Some(&shared),
+            ..layout.view(words, Arc::as_ptr(token) as usize)
+        };
         for (&i, &w) in view.indices.iter().zip(words) {
             self.bound[i as usize] = Some(Arc::downgrade(token));
             self.expected[i as usize] = w;
