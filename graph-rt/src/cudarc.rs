@@ -2,13 +2,20 @@
 //! move cudarc's buffers into graph-rt without copying, so that candle or cubecl users can capture
 //! and replay graphs over the memory they already have.
 //!
-//! Why buffers move rather than being borrowed: with cudarc's defaults (event tracking on), once
-//! a context has two streams every `CudaSlice` carries read/write events, and each launch through
-//! cudarc makes the stream wait on them. Inside a capture that wait crosses the capture boundary
-//! and the driver refuses it (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`). [`DeviceBuffer::from_cudarc`]
-//! settles those events once, outside any capture, and hands the allocation to graph-rt, whose
-//! graphs then keep it alive for as long as they may replay. Do this before capturing; use the
-//! buffer through graph-rt from then on.
+//! Capturing cudarc's own launches on one of its streams: with cudarc's defaults (event tracking
+//! on), once a context has two streams every `CudaSlice` carries read/write events, and each
+//! launch through cudarc makes the stream wait on them; inside a capture that wait crosses the
+//! capture's boundary and the driver refuses it (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`).
+//! graph-rt's captures of a stream made by [`Stream::from_cudarc`] switch cudarc's tracking off
+//! for the capture and back on however it ends (errors and panics included), so cudarc's
+//! launches and copies are captured like graph-rt's. What that cannot make safe: the captured
+//! nodes record no events, so cudarc orders none of its later work after the graph's replays,
+//! and the graph keeps no slice alive — keep them alive and unwritten by other streams while
+//! the graph may replay.
+//!
+//! Or move the buffers: [`DeviceBuffer::from_cudarc`] settles the slice's events once, outside
+//! any capture, and hands the allocation to graph-rt, whose graphs keep it alive for as long as
+//! they may replay.
 
 use std::sync::Arc;
 

@@ -7,6 +7,8 @@
 mod allocation;
 mod call;
 mod context;
+#[cfg(feature = "cudarc")]
+mod cudarc_tracking;
 mod device;
 mod event;
 mod lifetime;

@@ -141,6 +141,16 @@ impl Stream {
         self.inner.clone()
     }
 
+    /// For a capture of a cudarc stream: cudarc's event tracking off until the value is
+    /// dropped (see [`TrackingPaused`](super::cudarc_tracking::TrackingPaused)).
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn pause_foreign_tracking(&self) -> Option<super::cudarc_tracking::TrackingPaused> {
+        self.inner
+            ._owner
+            .as_ref()
+            .map(super::cudarc_tracking::pause_tracking)
+    }
+
     /// Another handle on this stream (a step keeps one: the stream lives while it does).
     pub(crate) fn handle(&self) -> Stream {
         Stream {

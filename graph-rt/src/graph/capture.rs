@@ -392,6 +392,9 @@ impl Stream {
         F: FnOnce(&CaptureScope<'_>) -> Result<()>,
     {
         self.context().bind()?;
+        // A cudarc stream: cudarc's launches inside the capture must not wait on its events.
+        #[cfg(feature = "cudarc")]
+        let _tracking = self.pause_foreign_tracking();
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
         // SAFETY: valid stream of the current context.
         unsafe { cu!(cuStreamBeginCapture(self.as_raw(), mode.raw())) }
@@ -427,6 +430,9 @@ impl Stream {
         F: FnOnce(&CaptureScope<'_>) -> Result<()>,
     {
         self.context().bind()?;
+        // A cudarc stream: cudarc's launches inside the capture must not wait on its events.
+        #[cfg(feature = "cudarc")]
+        let _tracking = self.pause_foreign_tracking();
         let handle = graph.handle.clone();
         let _guard = handle.lock("cuStreamBeginCaptureToGraph")?;
         let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;

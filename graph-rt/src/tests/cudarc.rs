@@ -23,33 +23,69 @@ fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
     let n = N as i32;
     let cfg = LaunchConfig::for_elements(N, 256);
 
-    // The problem: launching cudarc's slices through cudarc inside a capture is refused, because
-    // cudarc waits on their events, recorded outside the capture.
+    // cudarc's own launches on its slices, captured on its stream: cudarc's event tracking
+    // (whose waits would cross the capture's boundary: CUDA_ERROR_STREAM_CAPTURE_ISOLATION) is
+    // off for the capture and back on after it, whatever way the capture ends.
     let stream = Stream::from_cudarc(&s1).unwrap();
     let cu_f = cctx
         .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
         .unwrap()
         .load_function("add1")
         .unwrap();
-    let e = stream
-        .capture(CaptureMode::Global, |_| {
-            let mut b = s1.launch_builder(&cu_f);
-            b.arg(&x).arg(&mut y).arg(&n);
-            let cu_cfg = cudarc::driver::LaunchConfig {
-                grid_dim: (cfg.grid.x, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: add1 over N elements of N-element slices.
-            unsafe { b.launch(cu_cfg) }
-                .map(drop)
-                .map_err(|e| Error::InvalidArgument {
-                    call: "cudarc launch",
-                    reason: format!("{e:?}"),
-                })
+    let cu_cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (cfg.grid.x, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let launch = |x: &cudarc::driver::CudaSlice<f32>, y: &mut cudarc::driver::CudaSlice<f32>| {
+        let mut b = s1.launch_builder(&cu_f);
+        b.arg(x).arg(y).arg(&n);
+        // SAFETY: add1 over N elements of N-element slices.
+        unsafe { b.launch(cu_cfg) }
+            .map(drop)
+            .map_err(|e| Error::InvalidArgument {
+                call: "cudarc launch",
+                reason: format!("{e:?}"),
+            })
+    };
+    let graph = stream
+        .capture(CaptureMode::Global, |_| launch(&x, &mut y))
+        .unwrap();
+    assert!(
+        cctx.is_event_tracking(),
+        "tracking restored after the capture"
+    );
+    let failed = stream.capture(CaptureMode::Global, |_| {
+        launch(&x, &mut y)?;
+        Err(Error::InvalidArgument {
+            call: "test",
+            reason: "a capture that fails".into(),
         })
-        .unwrap_err();
-    assert!(e.to_string().contains("ISOLATION"), "{e}");
+    });
+    assert!(failed.is_err());
+    assert!(
+        cctx.is_event_tracking(),
+        "tracking restored after a failed capture"
+    );
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _ = stream.capture(CaptureMode::Global, |_| -> crate::Result<()> {
+            panic!("a capture that panics (on purpose)")
+        });
+    }));
+    assert!(panicked.is_err());
+    assert!(
+        cctx.is_event_tracking(),
+        "tracking restored after a capture that panicked"
+    );
+    // Replays read and write the slices, which the test keeps alive (the graph cannot).
+    let exec = graph.instantiate().unwrap();
+    for _ in 0..3 {
+        exec.launch(&stream).unwrap();
+    }
+    stream.synchronize().unwrap();
+    let want: Vec<f64> = h.iter().map(|&v| v as f64 + 1.0).collect();
+    assert_close(&s1.clone_dtoh(&y).unwrap(), &want, 1e-6);
+    drop(exec);
 
     // What to do: move the slices into graph-rt (no copy), then capture on the same stream.
     let ctx = Context::from_cudarc(&cctx).unwrap();

@@ -401,3 +401,44 @@ fn a_step_that_copies_a_declared_buffer_is_refused_before_any_capture() {
     step.run().unwrap();
     stream.synchronize().unwrap();
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_step_on_a_raw_stream_another_library_owns() {
+    let ctx = capturing_ctx();
+    ctx.bind().unwrap();
+    // Another library's stream: made by the driver directly, destroyed by its owner (here).
+    let mut raw: crate::sys::CUstream = std::ptr::null_mut();
+    // SAFETY: a valid out-pointer; the context is current.
+    let made = unsafe { crate::sys::cuStreamCreate(&mut raw, 1) };
+    assert_eq!(made, Ok(crate::sys::CUresult::CUDA_SUCCESS));
+    {
+        // SAFETY: a live stream of this context, destroyed below, after every use.
+        let stream = unsafe { Stream::from_raw(&ctx, raw) };
+        let f = add1(&ctx);
+        let mut bufs = buffers(&ctx, 2);
+        let input = fresh_input(&mut bufs[0]);
+        let (p, x, y) = xy(&ctx, &bufs);
+        let cfg = LaunchConfig::for_elements(N, 256);
+        let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+            let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+            // SAFETY: add1 over N floats of two distinct N-float buffers.
+            unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32)) }
+        })
+        .unwrap();
+        assert!(
+            matches!(step.mode(), StepMode::Graph { .. }),
+            "{:?}",
+            step.mode()
+        );
+        for _ in 0..sized(10, 4, 2) {
+            runs_add1(&mut step, &y, &input);
+        }
+        stream.synchronize().unwrap();
+    }
+    ctx.synchronize().unwrap();
+    // SAFETY: nothing of graph-rt uses the stream any more (the step and its exec are gone and
+    // the context is idle).
+    let destroyed = unsafe { crate::sys::cuStreamDestroy(raw) };
+    assert_eq!(destroyed, Ok(crate::sys::CUresult::CUDA_SUCCESS));
+}
