@@ -56,6 +56,19 @@ pub struct StepOptions {
     pub fail_on_capture_error: bool,
     /// How the prelude rewrites the words of kernels graph-rt cannot rewrite.
     pub prelude: PreludeOptions,
+    /// Keep a handle on each buffer bound, so that [`Step::recapture`] can run the closure
+    /// again (a handle a binding: a few ns each).
+    pub recapturable: bool,
+}
+
+/// What [`Step::recapture`] found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Recaptured {
+    /// Kernel nodes before and after (the table's refresh included).
+    pub kernel_nodes: (usize, usize),
+    /// Foreign words the prelude rewrites, before and after.
+    pub patched_words: (usize, usize),
 }
 
 /// Why a step runs eagerly.
@@ -98,6 +111,7 @@ struct Graphed {
 pub struct Step<F> {
     stream: Stream,
     params: StepParams,
+    options: StepOptions,
     body: F,
     // `None`: every call runs the closure eagerly.
     graph: Option<Graphed>,
@@ -123,6 +137,7 @@ where
         let mut step = Self {
             stream: stream.handle(),
             params,
+            options: options.clone(),
             body,
             graph: None,
             report: StepMode::Eager(EagerReason::Asked),
@@ -155,8 +170,11 @@ where
         match step.capture(&dyn_first, &options) {
             Ok((graph, report)) => {
                 step.graph = Some(graph);
-                // The closure does not run again: the table keeps what later calls bind.
-                step.params.forget_bound();
+                // The closure does not run again (unless recapturable): the table keeps what
+                // later calls bind.
+                if !options.recapturable {
+                    step.params.forget_bound();
+                }
                 step.report = report;
                 Ok(step)
             }
@@ -259,7 +277,7 @@ where
     /// it).
     #[inline]
     pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
-        if self.graph.is_some() {
+        if self.graph.is_some() && !self.options.recapturable {
             // The closure does not run again: the table alone (which refuses another
             // table's slot, so another step's parameter).
             self.params.table.bind(&param.slot, buffer)
@@ -271,6 +289,52 @@ where
     /// Sets `param` to `value` for the calls that follow.
     pub fn set<T: SlotScalar>(&mut self, param: &Scalar<T>, value: T) -> Result<()> {
         self.params.set(param, value)
+    }
+
+    /// Captures the closure again with the bindings made now (twice, for discovery, as
+    /// [`Step::new`] did) and replays that graph from now on: for a closure whose work changed
+    /// (other kernels, dimensions or node count — which the step cannot see by itself, since
+    /// the closure does not run at each call). Returns what changed in the graph. On error the
+    /// step keeps its graph. Needs [`StepOptions::recapturable`]; a step that runs eagerly has
+    /// nothing to capture again and returns at once.
+    pub fn recapture(&mut self) -> Result<Recaptured> {
+        const CALL: &str = "Step::recapture";
+        let before = match &self.report {
+            StepMode::Graph {
+                kernel_nodes,
+                patched_words,
+                ..
+            } => (*kernel_nodes, *patched_words),
+            StepMode::Eager(_) => {
+                return Ok(Recaptured {
+                    kernel_nodes: (0, 0),
+                    patched_words: (0, 0),
+                })
+            }
+        };
+        if !self.options.recapturable {
+            return Err(Error::invalid(
+                CALL,
+                "the step keeps no handle on its buffers: make it with StepOptions::recapturable",
+            ));
+        }
+        let dyn_first = self.params.dynamic()?;
+        let options = self.options.clone();
+        let (graph, report) = self.capture(&dyn_first, &options)?;
+        let after = match &report {
+            StepMode::Graph {
+                kernel_nodes,
+                patched_words,
+                ..
+            } => (*kernel_nodes, *patched_words),
+            StepMode::Eager(_) => (0, 0),
+        };
+        self.graph = Some(graph);
+        self.report = report;
+        Ok(Recaptured {
+            kernel_nodes: (before.0, after.0),
+            patched_words: (before.1, after.1),
+        })
     }
 
     /// Lets go of buffers bound before the current bindings (see

@@ -442,3 +442,51 @@ fn a_step_on_a_raw_stream_another_library_owns() {
     let destroyed = unsafe { crate::sys::cuStreamDestroy(raw) };
     assert_eq!(destroyed, Ok(crate::sys::CUresult::CUDA_SUCCESS));
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_recapturable_step_captures_again_when_its_work_changes() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut bufs = buffers(&ctx, 2);
+    let input = fresh_input(&mut bufs[0]);
+    let (p, x, y) = xy(&ctx, &bufs);
+    let twice = Cell::new(false);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let options = StepOptions {
+        recapturable: true,
+        ..StepOptions::default()
+    };
+    let mut step = Step::new(&stream, p, options, |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        // SAFETY: add1 over N floats of two distinct N-float buffers.
+        unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32))? };
+        if twice.get() {
+            // SAFETY: add1 in place over N floats (elementwise: each thread reads and writes
+            // its own element).
+            unsafe { s.launch(&f, &cfg, (&yb, &yb, N as i32))? };
+        }
+        Ok(())
+    })
+    .unwrap();
+    runs_add1(&mut step, &y, &input);
+    // The closure's work changes: the step does not see it until asked.
+    twice.set(true);
+    let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    step.bind(&y, &out).unwrap();
+    let r = step.recapture().unwrap();
+    assert_eq!(r.kernel_nodes.1, r.kernel_nodes.0 + 1, "{r:?}");
+    step.run().unwrap();
+    let want: Vec<f64> = input.iter().map(|&v| v as f64 + 2.0).collect();
+    assert_close(&out.to_vec().unwrap(), &want, 1e-6);
+    // Without the option, asking is a typed error.
+    let (p, x2, y2) = xy(&ctx, &bufs);
+    let mut plain = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x2)?, s.buffer(&y2)?);
+        // SAFETY: as above.
+        unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32)) }
+    })
+    .unwrap();
+    assert!(plain.recapture().is_err());
+}
