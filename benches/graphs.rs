@@ -518,13 +518,8 @@ fn raw_capture_instantiate(stream: &Stream, f: &Function, cfg: &LaunchConfig, pt
 }
 
 fn main() {
-    common::built_from("graphs");
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("graphs bench skipped: {e}");
-            return;
-        }
+    let Some(ctx) = common::start("graphs", false) else {
+        return;
     };
     let mut c = Criterion::default().configure_from_args();
     let rows = bench_chains(&mut c, &ctx);

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use criterion::Criterion;
 use cudarc::driver::PushKernelArg;
 use graph_rt::sys;
-use graph_rt::{Context, DeviceBuffer, KernelArgList, LaunchConfig, Module, Stream};
+use graph_rt::{DeviceBuffer, KernelArgList, LaunchConfig, Module, Stream};
 
 const N: usize = 4096;
 const BATCH: u64 = 256;
@@ -67,13 +67,8 @@ fn time_batches_among(
 }
 
 fn main() {
-    common::built_from("launch");
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("launch bench skipped: {e}");
-            return;
-        }
+    let Some(ctx) = common::start("launch", false) else {
+        return;
     };
     let stream = Stream::new(&ctx).expect("stream");
     let add1 = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN.ptx)

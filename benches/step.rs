@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams};
 use graph_rt::table::PtrSlot;
-use graph_rt::{ArgTable, CaptureMode, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+use graph_rt::{ArgTable, CaptureMode, DeviceBuffer, LaunchConfig, Module, Stream};
 
 mod common;
 
@@ -16,22 +16,9 @@ const ELEMS: usize = 4096;
 const NODES: usize = 200;
 
 fn main() {
-    common::built_from("step");
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("step bench skipped: {e}");
-            return;
-        }
-    };
-    if ctx
-        .device()
-        .compute_capability()
-        .map_or(true, |cc| cc.0 < 9)
-    {
-        eprintln!("step bench skipped: programmatic dependent launch needs compute capability 9.0");
+    let Some(ctx) = common::start("step", true) else {
         return;
-    }
+    };
     let stream = Stream::new(&ctx).expect("stream");
     let f = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN_TABLE_PDL.ptx)
         .and_then(|m| m.function("add1"))

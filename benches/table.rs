@@ -435,24 +435,9 @@ fn big_inputs(ctx: &Context, stream: &Stream) -> Vec<(usize, f64, f64, f64)> {
 }
 
 fn main() {
-    common::built_from("table");
-    let ctx = match Context::new(0) {
-        Ok(ctx) => ctx,
-        Err(e) => {
-            eprintln!("table bench skipped: {e}");
-            return;
-        }
-    };
-    if ctx
-        .device()
-        .compute_capability()
-        .map_or(true, |cc| cc.0 < 9)
-    {
-        eprintln!(
-            "table bench skipped: programmatic dependent launch needs compute capability 9.0"
-        );
+    let Some(ctx) = common::start("table", true) else {
         return;
-    }
+    };
     let stream = Stream::new(&ctx).expect("stream");
     let mut c = Criterion::default().configure_from_args();
     // GRAPH_RT_TABLE_PARTS: the parts to run, of "chains host big" (default: all).

@@ -20,9 +20,9 @@ use graph_rt::timing::median;
 use graph_rt::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
 use rand::Rng;
 
-const M: usize = 16;
-const D: usize = 4096;
-const LAYERS: usize = 8;
+pub const M: usize = 16;
+pub const D: usize = 4096;
+pub const LAYERS: usize = 8;
 
 #[allow(dead_code)]
 fn main() -> ExitCode {
@@ -36,20 +36,20 @@ fn main() -> ExitCode {
     }
 }
 
-fn random(ctx: &Context, n: usize, scale: f32) -> graph_rt::Result<DeviceBuffer<f32>> {
+pub fn random(ctx: &Context, n: usize, scale: f32) -> graph_rt::Result<DeviceBuffer<f32>> {
     let mut rng = rand::rng();
     let v: Vec<f32> = (0..n).map(|_| rng.random_range(-scale..scale)).collect();
     DeviceBuffer::from_host(ctx, &v)
 }
 
 /// One weight set: per layer W1 (D×D), b1 (D), W2 (D×D).
-struct Weights {
-    w1: Vec<DeviceBuffer<f32>>,
-    b1: Vec<DeviceBuffer<f32>>,
-    w2: Vec<DeviceBuffer<f32>>,
+pub struct Weights {
+    pub w1: Vec<DeviceBuffer<f32>>,
+    pub b1: Vec<DeviceBuffer<f32>>,
+    pub w2: Vec<DeviceBuffer<f32>>,
 }
 
-fn weights(ctx: &Context) -> graph_rt::Result<Weights> {
+pub fn weights(ctx: &Context) -> graph_rt::Result<Weights> {
     let s = 1.0 / (D as f32).sqrt();
     let many = |n: usize, scale: f32| {
         (0..LAYERS)

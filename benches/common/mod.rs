@@ -51,7 +51,33 @@ pub fn median(v: Vec<f64>) -> f64 {
 }
 
 /// Prints which commit the bench was built from (a figure on the GPU machine then names it).
-#[allow(dead_code)] // each bench compiles this module; not all print it
 pub fn built_from(bench: &str) {
     println!("{bench}: built from {}", graph_rt_dev::BUILT_FROM);
+}
+
+/// The start of a bench: says which commit it was built from, opens device 0's context, and
+/// when `pdl`, checks for programmatic dependent launch (compute capability 9.0). `None`, the
+/// reason printed, where the bench cannot run.
+#[allow(dead_code)] // each bench compiles this module; not all start with it
+pub fn start(bench: &str, pdl: bool) -> Option<graph_rt::Context> {
+    built_from(bench);
+    let ctx = match graph_rt::Context::new(0) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            eprintln!("{bench} bench skipped: {e}");
+            return None;
+        }
+    };
+    if pdl
+        && ctx
+            .device()
+            .compute_capability()
+            .map_or(true, |cc| cc.0 < 9)
+    {
+        eprintln!(
+            "{bench} bench skipped: programmatic dependent launch needs compute capability 9.0"
+        );
+        return None;
+    }
+    Some(ctx)
 }

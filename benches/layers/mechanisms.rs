@@ -32,18 +32,8 @@ use graph_rt::{
     ArgTable, CaptureMode, CaptureScope, Context, DeviceBuffer, Event, EventFlags, Function, Graph,
     LaunchConfig, Module, Stream, TableOptions,
 };
-use rand::Rng;
 
-const M: usize = 16;
-const D: usize = 4096;
-const LAYERS: usize = 8;
-
-/// One weight set: per layer W1 (D×D), b1 (D), W2 (D×D).
-struct Weights {
-    w1: Vec<DeviceBuffer<f32>>,
-    b1: Vec<DeviceBuffer<f32>>,
-    w2: Vec<DeviceBuffer<f32>>,
-}
+use super::layers::{random, weights, Weights, D, LAYERS, M};
 
 /// Intermediate activations (M×D each, column-major): per layer h, a, o, and y (the next
 /// layer's input; the last layer writes the stack's output instead).
@@ -52,23 +42,6 @@ struct Acts {
     a: Vec<DeviceBuffer<f32>>,
     o: Vec<DeviceBuffer<f32>>,
     y: Vec<DeviceBuffer<f32>>,
-}
-
-fn random(n: usize, scale: f32) -> Vec<f32> {
-    let mut rng = rand::rng();
-    (0..n).map(|_| rng.random_range(-scale..scale)).collect()
-}
-
-fn weights(ctx: &Context) -> graph_rt::Result<Weights> {
-    let s = 1.0 / (D as f32).sqrt();
-    let mat = || DeviceBuffer::from_host(ctx, &random(D * D, s));
-    Ok(Weights {
-        w1: (0..LAYERS).map(|_| mat()).collect::<Result<_, _>>()?,
-        b1: (0..LAYERS)
-            .map(|_| DeviceBuffer::from_host(ctx, &random(D, 0.1)))
-            .collect::<Result<_, _>>()?,
-        w2: (0..LAYERS).map(|_| mat()).collect::<Result<_, _>>()?,
-    })
 }
 
 fn acts(ctx: &Context) -> graph_rt::Result<Acts> {
@@ -252,7 +225,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     let sets = [weights(&ctx)?, weights(&ctx)?];
     let mut acts = acts(&ctx)?;
     let io = || DeviceBuffer::<f32>::zeroed(&ctx, M * D);
-    let fresh_input = || DeviceBuffer::from_host(&ctx, &random(M * D, 1.0));
+    let fresh_input = || random(&ctx, M * D, 1.0);
 
     // Plain graph on fixed buffers (weights of set 0), and a second capture for discovery.
     let (x_p, out_p) = (fresh_input()?, io()?);

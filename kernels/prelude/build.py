@@ -38,7 +38,6 @@ import argparse
 import ctypes
 import importlib.metadata
 import os
-import re
 import sys
 import tempfile
 from pathlib import Path
@@ -47,7 +46,9 @@ HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "prelude.cu"
 # prelude.cu includes the refresh protocol it shares with kernels/cuda/table.cu.
 HEADERS_DIR = HERE.parent / "cuda"
-INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_]+\.cuh)"', re.M)
+# The shared headers are found and handed to NVRTC as kernels/compile.py does it.
+sys.path.insert(0, str(HERE.parent))
+from compile import create_program, headers_of  # noqa: E402
 ARCHS = ["sm_80", "sm_90"]
 # The options the cubins on an H200 were verified with; the program is named by file name only,
 # so nothing machine-specific reaches the output.
@@ -172,32 +173,12 @@ def load_nvjitlink(path):
     return fns
 
 
-def headers_of(source):
-    """The kernels/cuda/*.cuh headers `source` includes, in order: [(name, bytes)], given to NVRTC
-    in memory (no include path: nothing of this machine in the output). A --check rebuild reads
-    them again, so a changed header makes the cubins stale."""
-    out = []
-    for m in INCLUDE.finditer(source):
-        name = m.group(1).decode()
-        path = HEADERS_DIR / name
-        if not path.is_file():
-            die(f"{SOURCE}: includes {name}, which is not in {HEADERS_DIR}")
-        out.append((name, path.read_bytes()))
-    return out
-
-
 def compile_relocatable(nvrtc, source, arch):
     """The relocatable cubin NVRTC makes of prelude.cu for arch, or exit 1 with the compile log."""
     prog = ctypes.c_void_p()
-    headers = headers_of(source)
-    n = len(headers)
-    contents = (ctypes.c_char_p * n)(*[h[1] for h in headers]) if n else None
-    names = (ctypes.c_char_p * n)(*[h[0].encode() for h in headers]) if n else None
-    nvrtc_check(
-        nvrtc,
-        nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source, SOURCE.name.encode(), n, contents, names),
-        "nvrtcCreateProgram",
-    )
+    # A --check rebuild reads the headers again, so a changed header makes the cubins stale.
+    headers = headers_of(SOURCE, source, HEADERS_DIR)
+    nvrtc_check(nvrtc, create_program(nvrtc, prog, source, SOURCE.name, headers), "nvrtcCreateProgram")
     try:
         options = [f"--gpu-architecture={arch}"] + NVRTC_OPTIONS
         opts = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])

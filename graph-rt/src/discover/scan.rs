@@ -25,6 +25,12 @@ pub struct Dynamic {
 }
 
 impl Dynamic {
+    /// Whether the two ranges share a byte.
+    pub(crate) fn overlaps(&self, other: &Dynamic) -> bool {
+        self.base < other.base.saturating_add(other.len)
+            && other.base < self.base.saturating_add(self.len)
+    }
+
     fn interior(&self, addr: u64) -> Option<u64> {
         (addr >= self.base && addr - self.base < self.len).then(|| addr - self.base)
     }
@@ -101,12 +107,9 @@ pub fn discover(
     if dyn_first.len() != dyn_second.len() {
         return None;
     }
-    let overlap = |a: &Dynamic, b: &Dynamic| {
-        a.base < b.base.saturating_add(b.len) && b.base < a.base.saturating_add(a.len)
-    };
     if dyn_first
         .iter()
-        .any(|a| dyn_second.iter().any(|b| overlap(a, b)))
+        .any(|a| dyn_second.iter().any(|b| a.overlaps(b)))
     {
         return None;
     }

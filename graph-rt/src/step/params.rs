@@ -87,7 +87,14 @@ pub(super) struct Bound {
 impl Bound {
     /// Whether the `bytes` bytes at `addr` overlap this buffer.
     pub(super) fn overlaps(&self, addr: CUdeviceptr, bytes: usize) -> bool {
-        addr < self.base + self.bytes as u64 && self.base < addr + bytes as u64
+        let this = Dynamic {
+            base: self.base,
+            len: self.bytes as u64,
+        };
+        this.overlaps(&Dynamic {
+            base: addr,
+            len: bytes as u64,
+        })
     }
 }
 

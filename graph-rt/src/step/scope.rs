@@ -73,11 +73,7 @@ impl<'a> StepScope<'a> {
     pub fn buffer<T: Pod>(&self, param: &Buf<T>) -> Result<DeviceBuffer<T>> {
         const CALL: &str = "StepScope::buffer";
         let index = self.params.index(param, CALL)?;
-        let bound = match self.stand_ins {
-            Some(s) => s.get(index),
-            None => self.params.params[index].bound.as_ref(),
-        };
-        let Some(bound) = bound else {
+        let Some(bound) = self.bound_at(index) else {
             return Err(Error::misuse(
                 CALL,
                 Misuse::Unbound { slot: index },
@@ -91,6 +87,14 @@ impl<'a> StepScope<'a> {
                 Misuse::UnknownParam,
                 "the parameter's element type is not the one it was declared with",
             )),
+        }
+    }
+
+    /// What declared buffer `index` is bound to for this run (a stand-in in the second capture).
+    fn bound_at(&self, index: usize) -> Option<&Bound> {
+        match self.stand_ins {
+            Some(s) => s.get(index),
+            None => self.params.params.get(index)?.bound.as_ref(),
         }
     }
 

@@ -12,9 +12,6 @@ use super::super::stream::StreamInner;
 use crate::driver::cu;
 use crate::error::Result;
 
-/// How long [`Point::wait`] polls a timeline before giving up.
-const PROGRESS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// A timeline the device advances and the host reads without a driver call: a table's
 /// acknowledgements, which count its launches' refreshes.
 pub(crate) trait Progress: Send + Sync {
@@ -95,20 +92,10 @@ impl Point {
         match self {
             Point::None => true,
             Point::Capturing(_) => false,
-            // Polled: the timeline advances with its owner's later launches, which may never
-            // come (graph-rt's own timelines never reach the tracker: a dropped table's lane
-            // lets go of everything with its parked batch). Given up on after a second: what
-            // waits for it is leaked.
-            Point::Progress(timeline, at) => {
-                let deadline = std::time::Instant::now() + PROGRESS_PATIENCE;
-                while !timeline.reached(*at) {
-                    if std::time::Instant::now() > deadline {
-                        return false;
-                    }
-                    std::thread::sleep(std::time::Duration::from_micros(100));
-                }
-                true
-            }
+            // A timeline advances only with its owner's later launches, which a waiting thread
+            // cannot bring about: passed or not, now (graph-rt's own timelines never reach the
+            // tracker: a dropped table's lane lets go of everything with its parked batch).
+            Point::Progress(timeline, at) => timeline.reached(*at),
             Point::Event(event) => {
                 // SAFETY: a live event we created. An error (a broken context) ends the wait
                 // too: the device runs nothing any more.
