@@ -72,3 +72,11 @@ impl<T: Pod> DeviceBuffer<T> {
         Ok(Self::adopt(ctx, ptr, len))
     }
 }
+
+impl From<cudarc::driver::DriverError> for crate::Error {
+    /// A failed cudarc call (inside a step's closure, say) as graph-rt's driver error: its code,
+    /// name and what to do; the call is not known to graph-rt (`"a cudarc call"`).
+    fn from(e: cudarc::driver::DriverError) -> Self {
+        crate::Error::driver("a cudarc call", graph_rt_sys::CUresult(e.0 as u32))
+    }
+}

@@ -191,6 +191,9 @@ pub enum Misuse {
     /// stream (`CU_STREAM_PER_THREAD`), which cannot be captured: use a stream of your own
     /// (`Stream::new`, or another library's created stream).
     DefaultStream,
+    /// A null handle where a live one of another library was expected (a cuBLAS handle lent
+    /// with `Cublas::borrow_raw`): pass the live handle.
+    NullHandle,
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {

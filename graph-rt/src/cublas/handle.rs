@@ -6,6 +6,7 @@ use std::ffi::{c_int, c_void};
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::borrow::Borrowed;
 use super::destroy::{after_first, HandleToDestroy, FIRST_CREATE, FIRST_GEMM};
 use super::sys::{self, CublasLib, Handle};
 use super::{check_gemm_dims, order, Batch, Dims, GemmShape};
@@ -74,6 +75,8 @@ pub struct Cublas {
     kept: std::cell::RefCell<Vec<Resource>>,
     // Reused to order eager GEMMs after stream-ordered buffers of other streams.
     order_event: OnceCell<Event>,
+    // A handle the caller owns (`Cublas::borrow_raw`): what to give back instead of destroying.
+    borrowed: Option<Borrowed>,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -116,7 +119,6 @@ impl Cublas {
             ));
         }
         let ctx = stream.context();
-        let workspace = DeviceBuffer::<u8>::alloc(ctx, bytes)?;
         ctx.bind()?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the stream's context is current, so the handle is made for it.
@@ -124,6 +126,26 @@ impl Cublas {
         // cuBLAS (its runtime) registers exit handlers of its own when it first makes a handle:
         // graph-rt's exit hook, which destroys parked handles, must run before them.
         after_first(&FIRST_CREATE, &ctx.inner);
+        // SAFETY: a handle just made for the stream's context, owned by the value from now on.
+        unsafe { Self::on_handle(handle, lib, stream, bytes, None) }
+    }
+
+    /// The value over `handle` (of the stream's context): the stream and a new workspace of
+    /// `bytes` set on it. Owned (`borrowed: None`): destroyed by the drop; else given back.
+    ///
+    /// # Safety
+    /// `handle` is a live cuBLAS handle of `stream`'s context, used by nothing else while the
+    /// value lives; owned, nothing else destroys it.
+    pub(super) unsafe fn on_handle(
+        handle: Handle,
+        lib: &'static CublasLib,
+        stream: &Stream,
+        bytes: usize,
+        borrowed: Option<Borrowed>,
+    ) -> Result<Self> {
+        let ctx = stream.context();
+        let workspace = DeviceBuffer::<u8>::alloc(ctx, bytes)?;
+        ctx.bind()?;
         let resource: Resource = stream.shared();
         let this = Self {
             handle,
@@ -134,6 +156,7 @@ impl Cublas {
             recording: Cell::new(false),
             kept: std::cell::RefCell::new(Vec::new()),
             order_event: OnceCell::new(),
+            borrowed,
             _not_sync: PhantomData,
         };
         // SAFETY: valid handle and stream of the current context.
@@ -178,6 +201,11 @@ impl Cublas {
     /// change its stream or workspace, or use it from another thread while this value is used.
     pub fn as_raw(&self) -> *mut c_void {
         self.handle
+    }
+
+    /// Whether the handle is lent by its owner ([`Cublas::borrow_raw`]) rather than graph-rt's.
+    pub fn is_borrowed(&self) -> bool {
+        self.borrowed.is_some()
     }
 
     /// The stream every call of this handle is queued on.
@@ -542,13 +570,22 @@ impl Drop for Cublas {
         let stream = self.stream.shared();
         let ctx = self.stream.context().clone();
         let workspace: Arc<Allocation> = self.workspace.allocation().clone();
-        let parked: Vec<Parked> = vec![
-            Box::new(HandleToDestroy {
+        // A borrowed handle is given back now (host-side calls only, allowed in a capture):
+        // the work queued on it so far keeps using the workspace parked below.
+        let destroy: Parked = match self.borrowed.take() {
+            Some(b) => {
+                ctx.inner.record(b.give_back(self.handle, self.lib, &ctx));
+                Box::new(())
+            }
+            None => Box::new(HandleToDestroy {
                 handle: self.handle,
                 lib: self.lib,
                 ctx: ctx.clone(),
                 _stream: stream.clone(),
             }),
+        };
+        let parked: Vec<Parked> = vec![
+            destroy,
             // Freed after the handle (the batch is dropped in order).
             Box::new(workspace),
             // Not destroyed or freed inside a capture either (`kept` holds something only if a

@@ -18,17 +18,23 @@
 //! GEMMs by graph-rt (`order`). Dropping a handle never waits and is allowed inside a capture:
 //! it is destroyed later, on the context's release thread.
 //!
-//! `sys` holds the hand-written bindings and the loader, `handle` the safe type, `destroy` what
-//! its drop parks, `order` the ordering against other streams; the pure size checks are here,
+//! A handle a framework owns is lent with [`Cublas::borrow_raw`]: graph-rt's stream and workspace
+//! for the while, the framework's stream (and the workspace it names) given back on drop.
+//!
+//! `sys` holds the hand-written bindings and the loader, `handle` the safe type, `borrow` a
+//! lent handle's give-back, `destroy` what its drop parks, `order` the ordering against other streams; the pure size checks are here,
 //! with their tests. Depends on
 //! `driver`, `graph` (a capture's event-wait node for buffers of another stream), `error` and
 //! `resource` only.
 
+mod borrow;
 mod destroy;
 mod handle;
 mod order;
 mod sys;
 
+#[cfg(test)]
+pub(crate) use borrow::raw as raw_handle;
 #[cfg(test)]
 pub(crate) use destroy::DESTROYED;
 pub use handle::{Cublas, Op};

@@ -47,6 +47,7 @@ pub(crate) const CUBLAS_TF32_TENSOR_OP_MATH: c_int = 3;
 type CreateFn = unsafe extern "C" fn(*mut Handle) -> Status;
 type DestroyFn = unsafe extern "C" fn(Handle) -> Status;
 type SetStreamFn = unsafe extern "C" fn(Handle, CUstream) -> Status;
+type GetStreamFn = unsafe extern "C" fn(Handle, *mut CUstream) -> Status;
 type SetWorkspaceFn = unsafe extern "C" fn(Handle, *mut c_void, usize) -> Status;
 type SetMathModeFn = unsafe extern "C" fn(Handle, c_int) -> Status;
 type GetVersionFn = unsafe extern "C" fn(Handle, *mut c_int) -> Status;
@@ -119,6 +120,7 @@ pub(crate) struct CublasLib {
     pub(crate) create: CreateFn,
     pub(crate) destroy: DestroyFn,
     pub(crate) set_stream: SetStreamFn,
+    pub(crate) get_stream: GetStreamFn,
     pub(crate) set_workspace: SetWorkspaceFn,
     pub(crate) set_math_mode: SetMathModeFn,
     pub(crate) get_version: GetVersionFn,
@@ -208,6 +210,7 @@ fn open(path: &OsStr) -> Result<CublasLib, String> {
             create: symbol(&library, b"cublasCreate_v2\0")?,
             destroy: symbol(&library, b"cublasDestroy_v2\0")?,
             set_stream: symbol(&library, b"cublasSetStream_v2\0")?,
+            get_stream: symbol(&library, b"cublasGetStream_v2\0")?,
             set_workspace: symbol(&library, b"cublasSetWorkspace_v2\0")?,
             set_math_mode: symbol(&library, b"cublasSetMathMode\0")?,
             get_version: symbol(&library, b"cublasGetVersion_v2\0")?,

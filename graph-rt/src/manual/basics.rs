@@ -150,6 +150,10 @@
 //! `DeviceBuffer::from_cudarc` (which moves a `CudaSlice` in without copying) are in the
 //! `graph_rt::cudarc` module. graph-rt enables only cudarc's `driver`; the application picks
 //! cudarc's CUDA version (a `cuda-*` feature or `CUDARC_CUDA_VERSION`) and linking. With
-//! cudarc's defaults and two streams in a context, launching cudarc slices through cudarc
-//! inside a capture fails with `CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: move the slices into
-//! graph-rt before capturing, as `graph-rt/src/tests/cudarc.rs` shows.
+//! cudarc's defaults and two streams in a context, cudarc's launches on its slices wait on and
+//! record events, which a capture refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): graph-rt's
+//! captures of a stream from `Stream::from_cudarc` pause cudarc's event tracking for the capture
+//! and restore it on every way out, errors and panics included (what that cannot make safe is
+//! in the `cudarc` module's docs). A `From<DriverError>` turns cudarc's errors into graph-rt's.
+//! A cuBLAS handle a framework owns is lent with `Cublas::borrow_raw` (graph-rt's stream and
+//! workspace while lent, the framework's stream given back on drop).

@@ -63,7 +63,21 @@
 //! # Ok(()) }
 //! ```
 //!
+//! On a framework's own stream: a step's stream may be a cudarc stream
+//! (`Stream::from_cudarc`, feature `cudarc`) or a raw `CUstream` another library made
+//! (`Stream::from_raw`; the legacy and per-thread default streams are refused,
+//! [`Misuse::DefaultStream`](crate::Misuse::DefaultStream)). The closure may launch through
+//! the framework (cudarc's `launch_builder` with `s.buffer(&x)?.as_raw()` as the argument):
+//! graph-rt finds the declared buffers' addresses in those nodes and rewrites them at every
+//! call, as for cuBLAS. A cuBLAS handle the framework owns is lent with
+//! [`Cublas::borrow_raw`](crate::cublas::Cublas::borrow_raw). Foreign buffers are bound as
+//! `DeviceBuffer::from_cudarc` (a `CudaSlice` moved in) or
+//! [`DeviceBuffer::from_raw_guarded`](crate::DeviceBuffer::from_raw_guarded) (a pointer and a
+//! guard the step drops after the last replay reading it).
+//!
 //! What a step does not do yet: choose among the rebinding mixes by the cost model (a step is
 //! always the device-updatable mix: table forms and the prelude, one exec), PDL edges between
-//! its kernels beyond what their launch configurations ask, and re-capturing when the
-//! closure's work changes after the step was made (the closure does not run again).
+//! its kernels beyond what their launch configurations ask, and re-capturing by itself when
+//! the closure's work changes after the step was made (the closure does not run again; a step
+//! made [`recapturable`](crate::step::StepOptions::recapturable) captures again when asked,
+//! [`Step::recapture`](crate::step::Step::recapture)).

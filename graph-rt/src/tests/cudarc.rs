@@ -3,6 +3,7 @@
 use cudarc::driver::{CudaContext, PushKernelArg};
 
 use super::{assert_close, function, random_f32};
+use crate::step::{Step, StepMode, StepOptions, StepParams};
 use crate::{CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, Stream};
 
 const N: usize = 4096;
@@ -107,5 +108,78 @@ fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
     let want: Vec<f64> = h.iter().map(|&v| v as f64 + 1.0).collect();
     assert_close(&y.to_vec().unwrap(), &want, 1e-6);
     drop(exec);
+    assert!(ctx.take_deferred_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn cudarc_launches_on_a_cudarc_stream_as_a_step_rebound_to_fresh_cudarc_slices() {
+    let _capturing = super::exclusive();
+    let cctx = CudaContext::new(0).unwrap();
+    let (s1, s2) = (cctx.new_stream().unwrap(), cctx.new_stream().unwrap());
+    assert!(cctx.is_managing_stream_synchronization());
+    let stream = Stream::from_cudarc(&s1).unwrap();
+    let ctx = stream.context().clone();
+    let cu_f = cctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
+        .unwrap()
+        .load_function("add1")
+        .unwrap();
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let cu_cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (cfg.grid.x, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let n = N as i32;
+    // Fresh cudarc slices, written on cudarc's other stream (tracked), moved into graph-rt.
+    let fresh = || {
+        let h = random_f32(N);
+        let x = DeviceBuffer::from_cudarc(&ctx, s2.clone_htod(&h).unwrap()).unwrap();
+        let y = DeviceBuffer::from_cudarc(&ctx, s2.alloc_zeros::<f32>(N).unwrap()).unwrap();
+        (h, x, y)
+    };
+    let mut p = StepParams::new(&ctx, 4).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    let (_, x0, y0) = fresh();
+    p.bind(&x, &x0).unwrap();
+    p.bind(&y, &y0).unwrap();
+    // The framework's own launch, through cudarc's builder on its stream: graph-rt finds the
+    // pointers in the captured node and rewrites them at every call.
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xp, yp) = (s.buffer(&x)?.as_raw(), s.buffer(&y)?.as_raw());
+        // SAFETY: add1 over N elements of two distinct N-float buffers the step keeps alive.
+        unsafe {
+            s1.launch_builder(&cu_f)
+                .arg(&xp)
+                .arg(&yp)
+                .arg(&n)
+                .launch(cu_cfg)?
+        };
+        Ok(())
+    })
+    .unwrap();
+    assert!(
+        cctx.is_event_tracking(),
+        "tracking restored after the step's captures"
+    );
+    match step.mode() {
+        StepMode::Graph { patched_words, .. } => assert_eq!(*patched_words, 2),
+        mode => panic!("the step runs as {mode:?}"),
+    }
+    let mut kept = Vec::new();
+    for _ in 0..super::sized(100, 20, 6) {
+        let (h, xb, yb) = fresh();
+        step.bind(&x, &xb).unwrap();
+        step.bind(&y, &yb).unwrap();
+        step.run().unwrap();
+        kept.push((h, yb));
+    }
+    stream.synchronize().unwrap();
+    for (h, y) in kept {
+        let want: Vec<f64> = h.iter().map(|&v| v as f64 + 1.0).collect();
+        assert_close(&y.to_vec().unwrap(), &want, 1e-6);
+    }
+    drop(step);
     assert!(ctx.take_deferred_errors().is_empty());
 }

@@ -19,6 +19,7 @@ mod programmatic;
 mod retention;
 mod runtime;
 mod step;
+mod step_foreign;
 mod table;
 mod table_forms;
 mod table_sets;
