@@ -9,20 +9,77 @@
 //!
 //! ```text
 //! cargo run --release --example layers     # needs a GPU and cuBLAS (GRAPH_RT_CUBLAS)
+//! GRAPH_RT_LAYERS_SHAPE=5,2560,8 cargo run --release --example layers   # another shape: layers,d,m
 //! ```
 
 use std::process::ExitCode;
 use std::time::Instant;
 
+use graph_rt::calibrate::{cost_model, CalibrateOptions};
 use graph_rt::cublas::{Cublas, Op};
 use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
 use graph_rt::timing::median;
 use graph_rt::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
 use rand::Rng;
 
-pub const M: usize = 16;
-pub const D: usize = 4096;
-pub const LAYERS: usize = 8;
+/// The stack's shape: `layers` layers over `m` tokens of width `d`. The default is the one
+/// the benches report (8 × 4096 × 16); `GRAPH_RT_LAYERS_SHAPE=layers,d,m` (e.g. `5,2560,8`)
+/// runs another, such as one the cost model was never shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub layers: usize,
+    pub d: usize,
+    pub m: usize,
+}
+
+impl Shape {
+    pub const DEFAULT: Shape = Shape {
+        layers: 8,
+        d: 4096,
+        m: 16,
+    };
+
+    /// The shape `GRAPH_RT_LAYERS_SHAPE` names, else the default; a clear error for a bad one.
+    pub fn from_env() -> Result<Shape, String> {
+        match std::env::var("GRAPH_RT_LAYERS_SHAPE") {
+            Err(_) => Ok(Self::DEFAULT),
+            Ok(v) => Self::parse(&v),
+        }
+    }
+
+    fn parse(v: &str) -> Result<Shape, String> {
+        let bad = || {
+            format!("GRAPH_RT_LAYERS_SHAPE={v:?}: expected layers,d,m (e.g. 5,2560,8): 1–64 layers, d 64–8192 and a multiple of 32, m 1–256")
+        };
+        let n: Vec<usize> = v
+            .split(',')
+            .map(|x| x.trim().parse::<usize>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| bad())?;
+        let [layers, d, m] = n[..] else {
+            return Err(bad());
+        };
+        let ok = (1..=64).contains(&layers)
+            && (64..=8192).contains(&d)
+            && d % 32 == 0
+            && (1..=256).contains(&m);
+        ok.then_some(Shape { layers, d, m }).ok_or_else(bad)
+    }
+}
+
+static SHAPE: std::sync::OnceLock<Shape> = std::sync::OnceLock::new();
+
+/// The shape of this run: [`Shape::from_env`], read once (bad: an error naming the variable).
+pub fn shape() -> graph_rt::Result<Shape> {
+    if let Some(s) = SHAPE.get() {
+        return Ok(*s);
+    }
+    let s = Shape::from_env().map_err(|reason| graph_rt::Error::InvalidArgument {
+        call: "layers",
+        reason,
+    })?;
+    Ok(*SHAPE.get_or_init(|| s))
+}
 
 #[allow(dead_code)]
 fn main() -> ExitCode {
@@ -50,16 +107,17 @@ pub struct Weights {
 }
 
 pub fn weights(ctx: &Context) -> graph_rt::Result<Weights> {
-    let s = 1.0 / (D as f32).sqrt();
+    let Shape { layers, d, .. } = shape()?;
+    let s = 1.0 / (d as f32).sqrt();
     let many = |n: usize, scale: f32| {
-        (0..LAYERS)
+        (0..layers)
             .map(|_| random(ctx, n, scale))
             .collect::<graph_rt::Result<Vec<_>>>()
     };
     Ok(Weights {
-        w1: many(D * D, s)?,
-        b1: many(D, 0.1)?,
-        w2: many(D * D, s)?,
+        w1: many(d * d, s)?,
+        b1: many(d, 0.1)?,
+        w2: many(d * d, s)?,
     })
 }
 
@@ -81,7 +139,8 @@ impl Stack {
         out: &DeviceBuffer<f32>,
         w: &Weights,
     ) -> graph_rt::Result<()> {
-        for l in 0..LAYERS {
+        let Shape { layers, d, m } = shape()?;
+        for l in 0..layers {
             let (done, rest) = self.acts.split_at_mut(l);
             let [h, a, o, y] = &mut rest[0];
             let input = if l == 0 { x } else { &done[l - 1][3] };
@@ -89,7 +148,7 @@ impl Stack {
                         a: &DeviceBuffer<f32>,
                         w: &DeviceBuffer<f32>,
                         c: &mut DeviceBuffer<f32>| {
-                b.sgemm(Op::N, Op::N, M, D, D, 1.0, a, M, w, D, 0.0, c, M)
+                b.sgemm(Op::N, Op::N, m, d, d, 1.0, a, m, w, d, 0.0, c, m)
             };
             s.cublas(&self.blas, |b| gemm(b, input, &w.w1[l], h))?;
             // SAFETY: bias_gelu over M×D floats of h (read), D of b1, M×D of a (written).
@@ -97,13 +156,13 @@ impl Stack {
                 s.launch(
                     &self.bias_gelu,
                     &self.cfg,
-                    (&*h, &w.b1[l], &*a, M as i32, D as i32),
+                    (&*h, &w.b1[l], &*a, m as i32, d as i32),
                 )?
             };
             s.cublas(&self.blas, |b| gemm(b, a, &w.w2[l], o))?;
-            let y = if l == LAYERS - 1 { out } else { &*y };
+            let y = if l == layers - 1 { out } else { &*y };
             // SAFETY: residual_add over M×D floats of three distinct buffers.
-            unsafe { s.launch(&self.residual, &self.cfg, (input, &*o, y, (M * D) as i32))? };
+            unsafe { s.launch(&self.residual, &self.cfg, (input, &*o, y, (m * d) as i32))? };
         }
         Ok(())
     }
@@ -130,25 +189,26 @@ impl Params {
 }
 
 pub fn run(rounds: usize) -> graph_rt::Result<bool> {
+    let Shape { layers, d, m } = shape()?;
     let ctx = Context::new(0)?;
     let stream = Stream::new(&ctx)?;
     let module = Module::from_ptx(&ctx, graph_rt::kernels::LAYER.ptx)?;
     let acts = || -> graph_rt::Result<Vec<[DeviceBuffer<f32>; 4]>> {
-        let z = || DeviceBuffer::zeroed(&ctx, M * D);
-        (0..LAYERS).map(|_| Ok([z()?, z()?, z()?, z()?])).collect()
+        let z = || DeviceBuffer::zeroed(&ctx, m * d);
+        (0..layers).map(|_| Ok([z()?, z()?, z()?, z()?])).collect()
     };
     let stack = |acts| -> graph_rt::Result<Stack> {
         Ok(Stack {
             blas: Cublas::new(&stream)?,
             bias_gelu: module.function("bias_gelu")?,
             residual: module.function("residual_add")?,
-            cfg: LaunchConfig::for_elements(M * D, 256),
+            cfg: LaunchConfig::for_elements(m * d, 256),
             acts,
         })
     };
     let sets = [weights(&ctx)?, weights(&ctx)?];
-    let io = || DeviceBuffer::<f32>::zeroed(&ctx, M * D);
-    let (x0, plain_out) = (random(&ctx, M * D, 1.0)?, io()?);
+    let io = || DeviceBuffer::<f32>::zeroed(&ctx, m * d);
+    let (x0, plain_out) = (random(&ctx, m * d, 1.0)?, io()?);
 
     // The floor: the same stack captured on fixed buffers, replayed with no rebinding.
     let mut fixed = stack(acts()?)?;
@@ -160,18 +220,18 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     )?;
 
     // The step: input, output and weights declared, rebound every call.
-    let mut p = StepParams::new(&ctx, 2 + 3 * LAYERS)?;
+    let mut p = StepParams::new(&ctx, 2 + 3 * layers)?;
     let many = |p: &mut StepParams, n| {
-        (0..LAYERS)
+        (0..layers)
             .map(|_| p.buffer::<f32>(n))
             .collect::<graph_rt::Result<Vec<_>>>()
     };
     let params = Params {
-        x: p.buffer(M * D)?,
-        out: p.buffer(M * D)?,
-        w1: many(&mut p, D * D)?,
-        b1: many(&mut p, D)?,
-        w2: many(&mut p, D * D)?,
+        x: p.buffer(m * d)?,
+        out: p.buffer(m * d)?,
+        w1: many(&mut p, d * d)?,
+        b1: many(&mut p, d)?,
+        w2: many(&mut p, d * d)?,
     };
     let first_out = io()?;
     p.bind(&params.x, &x0)?;
@@ -180,7 +240,15 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         p.bind(b, d)?;
     }
     let mut rebound = stack(acts()?)?;
-    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+    // The cost model of this device (calibrated once, then read from its cache file): the step
+    // reports its prediction for the stack and applies host updates if they are predicted
+    // fastest.
+    let (model, source) = cost_model(&stream, &CalibrateOptions::default())?;
+    let options = StepOptions {
+        cost_model: Some(model),
+        ..StepOptions::default()
+    };
+    let mut step = Step::new(&stream, p, options, |s| {
         let (x, out) = (s.buffer(&params.x)?, s.buffer(&params.out)?);
         let resolve = |v: &[Buf<f32>]| {
             v.iter()
@@ -198,6 +266,8 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         kernel_nodes,
         patched_words,
         prelude,
+        mix,
+        ..
     } = step.mode()
     else {
         eprintln!("layers: the step runs eagerly: {:?}", step.mode());
@@ -206,6 +276,23 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     let how = format!(
         "{kernel_nodes} kernel nodes, {patched_words} words rewritten per replay ({prelude:?})"
     );
+    if let Some(mix) = mix {
+        let predicted: Vec<String> = mix
+            .predicted
+            .iter()
+            .map(|p| match p.us {
+                Ok(us) => format!("{} {us:.1}", p.mix),
+                Err(why) => format!("{}: {why}", p.mix),
+            })
+            .collect();
+        println!(
+            "layers: the step's mix: written as {}, applied {}; the cost model ({source:?}) predicts {}{}",
+            mix.written,
+            mix.applied,
+            predicted.join(" · "),
+            mix.advice.as_ref().map(|a| format!("; advice: {a}")).unwrap_or_default(),
+        );
+    }
 
     // Correctness: the step on the floor's input and weights, against the floor.
     plain.run()?;
@@ -223,7 +310,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
 
     // Timing: each call of the step on a fresh input and output and the other weight set.
     let inputs: Vec<_> = (0..4)
-        .map(|_| random(&ctx, M * D, 1.0))
+        .map(|_| random(&ctx, m * d, 1.0))
         .collect::<graph_rt::Result<_>>()?;
     let outputs: Vec<_> = (0..4).map(|_| io()).collect::<graph_rt::Result<_>>()?;
     let (mut floor, mut steps) = (Vec::new(), Vec::new());
@@ -250,7 +337,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     }
     let (f, st) = (median(floor), median(steps));
     println!(
-        "layers: {} {LAYERS} layers (M={M}, D={D}, f32 cuBLAS sgemm + shipped bias_gelu/residual_add) as one step; {how}; input, output and weight set rebound every call; output vs the fixed-buffer graph: worst relative difference {err:.1e}",
+        "layers: {} {layers} layers (m={m}, d={d}, f32 cuBLAS sgemm + shipped bias_gelu/residual_add) as one step; {how}; input, output and weight set rebound every call; output vs the fixed-buffer graph: worst relative difference {err:.1e}",
         if pass { "PASS" } else { "FAIL" },
     );
     println!(

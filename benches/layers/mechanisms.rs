@@ -17,6 +17,9 @@
 //!
 //! Every mechanism's output is checked against the plain graph's on the same input and weights.
 //!
+//! The shape is `GRAPH_RT_LAYERS_SHAPE` (layers,d,m; the example's `Shape`) when set: the cost
+//! model's prediction of the best mix is printed beside the measured best for any shape.
+//!
 //! This is the layers bench's mechanism comparison (`cargo bench --bench layers`); the `layers`
 //! example builds the same stack on the step API.
 
@@ -33,7 +36,7 @@ use graph_rt::{
     LaunchConfig, Module, Stream, TableOptions,
 };
 
-use super::layers::{random, weights, Weights, D, LAYERS, M};
+use super::layers::{random, shape, weights, Shape, Weights};
 
 /// Intermediate activations (M×D each, column-major): per layer h, a, o, and y (the next
 /// layer's input; the last layer writes the stack's output instead).
@@ -45,9 +48,10 @@ struct Acts {
 }
 
 fn acts(ctx: &Context) -> graph_rt::Result<Acts> {
+    let Shape { layers, d, m } = shape()?;
     let v = || -> graph_rt::Result<Vec<DeviceBuffer<f32>>> {
-        (0..LAYERS)
-            .map(|_| DeviceBuffer::zeroed(ctx, M * D))
+        (0..layers)
+            .map(|_| DeviceBuffer::zeroed(ctx, m * d))
             .collect()
     };
     Ok(Acts {
@@ -80,11 +84,12 @@ fn capture_plain(
     w: &Weights,
     refresh: Option<&mut ArgTable>,
 ) -> graph_rt::Result<Graph> {
+    let Shape { layers, d, m } = shape()?;
     stream.capture(CaptureMode::Global, |s| {
         if let Some(t) = refresh {
             t.record_refresh(s)?;
         }
-        for l in 0..LAYERS {
+        for l in 0..layers {
             let (h, a, o) = (&mut acts.h[l], &mut acts.a[l], &mut acts.o[l]);
             let input = if l == 0 { x } else { &acts.y[l - 1] };
             gemm(blas, s, input, &w.w1[l], h)?;
@@ -93,13 +98,13 @@ fn capture_plain(
                 s.launch(
                     &k.bias_gelu,
                     &k.plain,
-                    (&*h, &w.b1[l], &*a, M as i32, D as i32),
+                    (&*h, &w.b1[l], &*a, m as i32, d as i32),
                 )?
             };
             gemm(blas, s, a, &w.w2[l], o)?;
-            let y = if l == LAYERS - 1 { out } else { &acts.y[l] };
+            let y = if l == layers - 1 { out } else { &acts.y[l] };
             // SAFETY: residual_add over M×D floats of three distinct buffers.
-            unsafe { s.launch(&k.residual, &k.plain, (input, &*o, y, (M * D) as i32))? };
+            unsafe { s.launch(&k.residual, &k.plain, (input, &*o, y, (m * d) as i32))? };
         }
         Ok(())
     })
@@ -113,21 +118,22 @@ fn gemm(
     w: &DeviceBuffer<f32>,
     c: &mut DeviceBuffer<f32>,
 ) -> graph_rt::Result<()> {
+    let Shape { d, m, .. } = shape()?;
     blas.record(s, |b| {
         b.sgemm(
             CublasOp::N,
             CublasOp::N,
-            M,
-            D,
-            D,
+            m,
+            d,
+            d,
             1.0,
             a,
-            M,
+            m,
             w,
-            D,
+            d,
             0.0,
             c,
-            M,
+            m,
         )
     })
 }
@@ -156,9 +162,10 @@ fn capture_chosen(
     x: &DeviceBuffer<f32>,
     w: &Weights,
 ) -> graph_rt::Result<Graph> {
+    let Shape { layers, d, m } = shape()?;
     stream.capture(CaptureMode::Global, |s| {
         table.record_refresh(s)?;
-        for l in 0..LAYERS {
+        for l in 0..layers {
             let (h, a, o) = (&mut acts.h[l], &mut acts.a[l], &mut acts.o[l]);
             let input = if l == 0 { x } else { &acts.y[l - 1] };
             gemm(blas, s, input, &w.w1[l], h)?;
@@ -166,15 +173,15 @@ fn capture_chosen(
             // SAFETY: as in `capture_plain`, through slots bound to buffers of those sizes.
             unsafe {
                 k.bias_gelu_t
-                    .record(s, &k.table, (hs, &sl.b1[l], as_, M as i32, D as i32))?
+                    .record(s, &k.table, (hs, &sl.b1[l], as_, m as i32, d as i32))?
             };
             gemm(blas, s, a, &w.w2[l], o)?;
             let xs = if l == 0 { &sl.x } else { &sl.acts[l - 1][3] };
-            let ys = if l == LAYERS - 1 { &sl.out } else { ys };
+            let ys = if l == layers - 1 { &sl.out } else { ys };
             // SAFETY: as above.
             unsafe {
                 k.residual_t
-                    .record(s, &k.table, (xs, os, ys, (M * D) as i32))?
+                    .record(s, &k.table, (xs, os, ys, (m * d) as i32))?
             };
         }
         Ok(())
@@ -199,6 +206,7 @@ fn diff(a: &[f32], b: &[f32]) -> f64 {
 /// Builds everything, checks every mechanism against the plain graph, then times them over
 /// `rounds` interleaved rounds. Returns whether every check passed.
 pub fn run(rounds: usize) -> graph_rt::Result<bool> {
+    let Shape { layers, d, m } = shape()?;
     let ctx = Context::new(0)?;
     let stream = Stream::new(&ctx)?;
     let pdl = ctx.device().compute_capability()?.0 >= 9;
@@ -209,7 +217,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         pdl,
         ..Default::default()
     };
-    let plain = LaunchConfig::for_elements(M * D, 256);
+    let plain = LaunchConfig::for_elements(m * d, 256);
     let k = Kernels {
         bias_gelu: module.function("bias_gelu")?,
         residual: module.function("residual_add")?,
@@ -224,8 +232,8 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     };
     let sets = [weights(&ctx)?, weights(&ctx)?];
     let mut acts = acts(&ctx)?;
-    let io = || DeviceBuffer::<f32>::zeroed(&ctx, M * D);
-    let fresh_input = || random(&ctx, M * D, 1.0);
+    let io = || DeviceBuffer::<f32>::zeroed(&ctx, m * d);
+    let fresh_input = || random(&ctx, m * d, 1.0);
 
     // Plain graph on fixed buffers (weights of set 0), and a second capture for discovery.
     let (x_p, out_p) = (fresh_input()?, io()?);
@@ -243,7 +251,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
         v.extend(w.w1.iter().chain(&w.b1).chain(&w.w2).map(dynamic));
         v
     };
-    let (snaps, d) = discover_graphs(
+    let (snaps, disc) = discover_graphs(
         &plain_graph,
         &plain_second,
         &plain_dyn(&x_p, &out_p, &sets[0]),
@@ -259,7 +267,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
             false => NodeKind::Foreign,
         })
         .collect();
-    let mut patcher = HostPatcher::new(&snaps, &d, 2 + 3 * LAYERS)?;
+    let mut patcher = HostPatcher::new(&snaps, &disc, 2 + 3 * layers)?;
     let mut host_exec = plain_graph.instantiate()?;
     let mut recapture_exec = plain_graph.instantiate()?;
 
@@ -267,30 +275,30 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     let mut table = ArgTable::new(
         &ctx,
         TableOptions {
-            capacity: 2 + 3 * LAYERS + 4 * LAYERS,
+            capacity: 2 + 3 * layers + 4 * layers,
             depth: 4,
         },
     )?;
     let mat = |t: &mut ArgTable, n: usize| t.ptr_slot_with::<f32>(16, n);
     let sl = Slots {
-        x: mat(&mut table, M * D)?,
-        out: mat(&mut table, M * D)?,
-        w1: (0..LAYERS)
-            .map(|_| mat(&mut table, D * D))
+        x: mat(&mut table, m * d)?,
+        out: mat(&mut table, m * d)?,
+        w1: (0..layers)
+            .map(|_| mat(&mut table, d * d))
             .collect::<Result<_, _>>()?,
-        b1: (0..LAYERS)
-            .map(|_| mat(&mut table, D))
+        b1: (0..layers)
+            .map(|_| mat(&mut table, d))
             .collect::<Result<_, _>>()?,
-        w2: (0..LAYERS)
-            .map(|_| mat(&mut table, D * D))
+        w2: (0..layers)
+            .map(|_| mat(&mut table, d * d))
             .collect::<Result<_, _>>()?,
-        acts: (0..LAYERS)
+        acts: (0..layers)
             .map(|_| -> graph_rt::Result<[PtrSlot<f32>; 4]> {
                 Ok([
-                    mat(&mut table, M * D)?,
-                    mat(&mut table, M * D)?,
-                    mat(&mut table, M * D)?,
-                    mat(&mut table, M * D)?,
+                    mat(&mut table, m * d)?,
+                    mat(&mut table, m * d)?,
+                    mat(&mut table, m * d)?,
+                    mat(&mut table, m * d)?,
                 ])
             })
             .collect::<Result<_, _>>()?,
@@ -388,7 +396,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
      -> graph_rt::Result<()> {
         table.bind(&sl.x, x)?;
         table.bind(&sl.out, out)?;
-        for l in 0..LAYERS {
+        for l in 0..layers {
             table.bind(&sl.w1[l], &w.w1[l])?;
             table.bind(&sl.b1[l], &w.b1[l])?;
             table.bind(&sl.w2[l], &w.w2[l])?;
@@ -499,7 +507,7 @@ pub fn run(rounds: usize) -> graph_rt::Result<bool> {
     let [p, c, h, rc, e] = times.map(median);
     let [gp, gc, _, _, ge] = gpu.map(|v| if v.is_empty() { f64::NAN } else { median(v) });
     println!(
-        "layers: {} {LAYERS} layers (M={M}, D={D}, f32 cuBLAS sgemm + shipped bias_gelu/residual_add), {} kernel nodes; input, output and weight set rebound every replay; wall µs per synchronized replay, median of {rounds} interleaved rounds on {}",
+        "layers: {} {layers} layers (m={m}, d={d}, f32 cuBLAS sgemm + shipped bias_gelu/residual_add), {} kernel nodes; input, output and weight set rebound every replay; wall µs per synchronized replay, median of {rounds} interleaved rounds on {}",
         if pass { "PASS" } else { "FAIL" },
         csnaps.len(),
         ctx.device().name()?

@@ -75,9 +75,12 @@
 //! [`DeviceBuffer::from_raw_guarded`](crate::DeviceBuffer::from_raw_guarded) (a pointer and a
 //! guard the step drops after the last replay reading it).
 //!
-//! What a step does not do yet: choose among the rebinding mixes by the cost model (a step is
-//! always the device-updatable mix: table forms and the prelude, one exec), PDL edges between
-//! its kernels beyond what their launch configurations ask, and re-capturing by itself when
-//! the closure's work changes after the step was made (the closure does not run again; a step
-//! made [`recapturable`](crate::step::StepOptions::recapturable) captures again when asked,
+//! Given a cost model (`StepOptions::cost_model`, from `calibrate::cost_model`), a step
+//! predicts each mix over its kernels, reports it ([`MixReport`](crate::step::MixReport)),
+//! rewrites from the host where that is predicted fastest and advises where the model prefers
+//! the closure written the other way (plain kernels on `s.buffer(..)`, or table forms on
+//! slots). What a step does not do: turn a table form into a plain kernel or back by itself,
+//! or re-capture by itself when the closure's work changes after the step was made (the
+//! closure does not run again; a step made
+//! [`recapturable`](crate::step::StepOptions::recapturable) captures again when asked,
 //! [`Step::recapture`](crate::step::Step::recapture)).

@@ -25,21 +25,33 @@
 //! host-side node updates (the layer stack's best measured mix; on an H200 the stack through a
 //! step replays in 1.018× the time of the same stack captured on fixed buffers), or the prelude
 //! from the host ([`PreludeOptions::host_only`]), or the closure run eagerly
-//! ([`StepOptions::eager`]). The cost model's choice among mixes, PDL edges, and re-capture
-//! when the closure's work changes later are not done yet.
+//! ([`StepOptions::eager`]). Given a cost model ([`StepOptions::cost_model`]), the step predicts
+//! every mix over its captured kernels in launch order (graph-rt's kernels rewritable, the rest
+//! foreign: [`crate::choose::predict_mixes`]), reports it ([`MixReport`]), rewrites from the
+//! host where that is predicted fastest, and advises where the model prefers the closure's
+//! other form (a step cannot turn a table form into a plain kernel or back).
 //!
-//! Depends on `driver`, `launch`, `graph`, `table`, `discover`, `prelude`, `cublas`, `triton`
-//! and `error`; nothing depends on it.
+//! Programmatic edges: the step adds none. An edge is programmatic only where a launch asked
+//! for it — a PDL table form, a Triton kernel compiled with `gdc_wait`, a configuration made
+//! programmatic — and each such kernel waits (`griddepcontrol.wait`) by its launch's contract;
+//! graph-rt never makes a cuBLAS launch programmatic; eagerly, the first kernel after the
+//! table's refresh is launched without it (it reads what the refresh writes).
+//!
+//! Depends on `driver`, `launch`, `graph`, `table`, `discover`, `prelude`, `cublas`, `triton`,
+//! `choose` and `error`; nothing depends on it.
 
+mod choice;
 mod params;
 mod scope;
 
+pub use choice::MixReport;
 pub use params::{Buf, Scalar, StepParams};
 pub use scope::StepScope;
 
 use bytemuck::Pod;
 
 use self::scope::Run;
+use crate::choose::{CostModel, Mix};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
@@ -59,6 +71,11 @@ pub struct StepOptions {
     /// Keep a handle on each buffer bound, so that [`Step::recapture`] can run the closure
     /// again (a handle a binding: a few ns each).
     pub recapturable: bool,
+    /// The cost model (`calibrate::cost_model`) to choose the mix by: the step reports the
+    /// model's prediction for its kernels ([`StepMode::Graph`]'s `mix`), applies host updates
+    /// where predicted fastest, and advises where the closure's other form is. `None`: the
+    /// mix the closure is written as.
+    pub cost_model: Option<CostModel>,
 }
 
 /// What [`Step::recapture`] found.
@@ -88,6 +105,7 @@ pub enum EagerReason {
 #[non_exhaustive]
 pub enum StepMode {
     /// Replays of one captured graph.
+    #[non_exhaustive]
     Graph {
         /// Kernel nodes of the graph (the table's refresh included).
         kernel_nodes: usize,
@@ -95,6 +113,9 @@ pub enum StepMode {
         patched_words: usize,
         /// Where the prelude rewrites them (`None` when no such word exists).
         prelude: Option<PreludeMode>,
+        /// The cost model's prediction and the mix applied, when the step was given a model
+        /// ([`StepOptions::cost_model`]).
+        mix: Option<MixReport>,
     },
     /// The closure, run eagerly at each call.
     Eager(EagerReason),
@@ -214,15 +235,20 @@ where
             })
             .collect();
         let (params, body, stream) = (&mut self.params, &mut self.body, &self.stream);
+        let launched = std::cell::RefCell::new(Vec::new());
         let mut capture = |stand: Option<&[params::Bound]>| {
             stream.capture(CaptureMode::Global, |s| {
                 if !params.table.is_empty() {
                     params.table.record_refresh(s)?;
                 }
-                body(&StepScope::new(Run::Capture(s), params, stand))
+                let scope = StepScope::new(Run::Capture(s), params, stand);
+                body(&scope)?;
+                *launched.borrow_mut() = scope.launched.take();
+                Ok(())
             })
         };
         let mut first = capture(None)?;
+        let launched = launched.take();
         let second = capture(Some(&stand_ins))?;
         let (snapshots, discovery) = discover_graphs(&first, &second, dyn_first, &dyn_second)
             .map_err(|e| changed(format!("{e}")))?;
@@ -235,6 +261,19 @@ where
         }
         let kernel_nodes = snapshots.len();
         let patched_words = discovery.patches.len();
+        let mix = match &options.cost_model {
+            Some(model) => {
+                let refresh = self.params.table.refresh_function().as_raw() as usize;
+                let kinds = choice::kinds(&snapshots, &launched, refresh);
+                let pdl = self.stream.context().device().compute_capability()?.0 >= 9;
+                Some(choice::decide(&kinds, &launched, model, pdl))
+            }
+            None => None,
+        };
+        let mut prelude_options = options.prelude;
+        if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) {
+            prelude_options.host_only = true;
+        }
         let prelude = if patched_words > 0 {
             let slots: Vec<_> = self.params.params.iter().map(|p| p.slot).collect();
             Some(Prelude::install(
@@ -244,7 +283,7 @@ where
                 &discovery,
                 dyn_first,
                 &slots,
-                options.prelude,
+                prelude_options,
             )?)
         } else {
             None
@@ -254,6 +293,7 @@ where
             kernel_nodes,
             patched_words,
             prelude: prelude.as_ref().map(|p| p.report().mode.clone()),
+            mix,
         };
         Ok((Graphed { exec, prelude }, report))
     }

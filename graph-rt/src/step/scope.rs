@@ -2,10 +2,11 @@
 //! captures, so that the same closure does both, and so that a call a capture would refuse is
 //! seen in the eager warm-up, before any capture.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use bytemuck::Pod;
 
+use super::choice::Launched;
 use super::params::{Bound, Buf, StepParams};
 use crate::cublas::Cublas;
 use crate::driver::{DeviceBuffer, Function, Parked, Stream};
@@ -37,6 +38,8 @@ pub struct StepScope<'a> {
     // Eager: the next kernel is the first after the table's refresh, which must not start
     // before the refresh has finished (so: not programmatically).
     after_refresh: Cell<bool>,
+    // graph-rt's kernels the closure launched, in order (for the step's choice of mix).
+    pub(super) launched: RefCell<Vec<Launched>>,
 }
 
 impl<'a> StepScope<'a> {
@@ -51,6 +54,7 @@ impl<'a> StepScope<'a> {
             stand_ins,
             refused: Cell::new(None),
             after_refresh: Cell::new(true),
+            launched: RefCell::new(Vec::new()),
         }
     }
 
@@ -98,6 +102,14 @@ impl<'a> StepScope<'a> {
         }
     }
 
+    /// Notes a launch of one of graph-rt's kernels.
+    fn note(&self, function: usize, table_form: bool) {
+        self.launched.borrow_mut().push(Launched {
+            function,
+            table_form,
+        });
+    }
+
     /// The configuration of the next eager kernel: the first after the refresh not
     /// programmatic.
     fn eager_config(&self, config: &LaunchConfig) -> LaunchConfig {
@@ -120,6 +132,7 @@ impl<'a> StepScope<'a> {
         config: &LaunchConfig,
         args: A,
     ) -> Result<()> {
+        self.note(f.as_raw() as usize, false);
         match &self.run {
             // SAFETY: forwarded to the caller.
             Run::Eager(s) => unsafe { s.launch(f, &self.eager_config(config), args) },
@@ -139,6 +152,8 @@ impl<'a> StepScope<'a> {
         config: &LaunchConfig,
         args: impl KernelArgs,
     ) -> Result<()> {
+        let function = kernel.function().as_raw() as usize;
+        self.note(function, true);
         match &self.run {
             // SAFETY: forwarded to the caller.
             Run::Eager(s) => unsafe { kernel.launch(s, &self.eager_config(config), args) },
@@ -157,6 +172,8 @@ impl<'a> StepScope<'a> {
         grid: [u32; 3],
         args: &[TritonArg<'_>],
     ) -> Result<()> {
+        let table_form = kernel.params().iter().any(|p| p.slot);
+        self.note(kernel.function().as_raw() as usize, table_form);
         match &self.run {
             Run::Eager(s) => {
                 if self.after_refresh.replace(false) {

@@ -20,6 +20,7 @@ mod retention;
 mod runtime;
 mod step;
 mod step_foreign;
+mod step_mix;
 mod table;
 mod table_forms;
 mod table_sets;
