@@ -159,6 +159,12 @@ impl Error {
         }
     }
 
+    /// The misuse [`Misuse::Ptx`] of `call`: `what` failed in the PTX pass, whose `error` says why.
+    pub(crate) fn ptx(call: &'static str, what: &str, error: graph_rt_ptx::PtxError) -> Self {
+        let reason = format!("{what}: {error}");
+        Error::misuse(call, Misuse::Ptx { error }, reason)
+    }
+
     /// Which misuse this is, if graph-rt named it.
     pub fn misuse_kind(&self) -> Option<&Misuse> {
         match self {
