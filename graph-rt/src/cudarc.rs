@@ -58,10 +58,11 @@ impl<T: Pod> DeviceBuffer<T> {
     /// any stream of the context may use the buffer from then on.
     pub fn from_cudarc(ctx: &Context, slice: CudaSlice<T>) -> Result<Self> {
         if slice.context().cu_ctx().cast() != ctx.as_raw() {
-            return Err(crate::Error::InvalidArgument {
-                call: "DeviceBuffer::from_cudarc",
-                reason: "the slice belongs to another context than `ctx`".into(),
-            });
+            return Err(crate::Error::misuse(
+                "DeviceBuffer::from_cudarc",
+                crate::Misuse::OtherContext,
+                "the slice belongs to another context than `ctx`",
+            ));
         }
         let stream = slice.stream().clone();
         let len = slice.len();

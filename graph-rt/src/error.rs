@@ -2,6 +2,9 @@
 
 use graph_rt_sys::{CUresult, LoadError};
 
+mod misuse;
+pub use misuse::Misuse;
+
 /// Everything that can go wrong in graph-rt.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -51,8 +54,8 @@ pub enum Error {
         reason: String,
     },
     /// A misuse graph-rt recognizes and names: [`Misuse`] says which (match on it, not on the
-    /// text), `reason` says it in words with what to do. Nothing was sent to the driver and
-    /// nothing changed.
+    /// text), `reason` says it in words with what to do. Nothing the call was to do was done
+    /// (graph-rt may have asked the driver what it needed to know, e.g. a kernel's parameters).
     #[error("{call}: {reason}")]
     Misuse {
         /// The graph-rt or driver function that was misused.
@@ -62,138 +65,17 @@ pub enum Error {
         /// What is wrong and what would be right.
         reason: String,
     },
-    /// An argument graph-rt checks itself is invalid; nothing was sent to the driver.
+    /// A failure graph-rt says in words only, which is not a misuse it names (those are
+    /// [`Error::Misuse`]): another library's free-form failure (a cuBLAS status, a library that
+    /// does not load, a file that cannot be read), or something the driver or the device gave
+    /// back that graph-rt cannot use.
     #[error("{call}: {reason}")]
     InvalidArgument {
-        /// The graph-rt or driver function the argument was for.
+        /// The graph-rt, driver or library function that failed.
         call: &'static str,
-        /// What is wrong and what would be right.
+        /// What went wrong, and what to do where graph-rt knows.
         reason: String,
     },
-}
-
-/// The misuses graph-rt names (in [`Error::Misuse`]), for callers and tests to match on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Misuse {
-    /// The arguments' parameter sizes (bytes, in order) are not the kernel's.
-    ArgumentLayout {
-        /// The kernel's parameter sizes (`cuFuncGetParamInfo`).
-        kernel: Vec<usize>,
-        /// The sizes the arguments give.
-        given: Vec<usize>,
-    },
-    /// A slot, binding set or exec of another argument table.
-    OtherTable,
-    /// A buffer or stream of another context than the object it is used with.
-    OtherContext,
-    /// A table launched or refreshed on another stream than the one it first used.
-    OtherStream,
-    /// A table's exec launched another way than through its table, or a table launched with an
-    /// exec that does not refresh it.
-    NotThroughTable,
-    /// A slot index beyond the table's slots.
-    SlotOutOfRange {
-        /// The index.
-        slot: usize,
-    },
-    /// An address not aligned as the slot declares.
-    Misaligned {
-        /// The address.
-        addr: u64,
-        /// The alignment the slot declares (bytes).
-        align: usize,
-    },
-    /// Fewer elements than the slot declares.
-    TooShort {
-        /// The elements given.
-        len: usize,
-        /// The elements the slot declares at least.
-        min: usize,
-    },
-    /// A scalar that is not a multiple the slot takes.
-    NotMultiple {
-        /// The multiple the slot takes.
-        multiple: u64,
-    },
-    /// A launch while a slot of the table was never bound.
-    Unbound {
-        /// The first slot never bound.
-        slot: usize,
-    },
-    /// A call that cannot be made while the stream captures (its effect would happen at
-    /// replay, not now).
-    Capturing,
-    /// Slots added to a table whose refresh was already recorded or launched.
-    TableSealed,
-    /// A table already holding its capacity of slots.
-    TableFull {
-        /// The table's capacity.
-        capacity: usize,
-    },
-    /// A binding set with no binding.
-    EmptySet,
-    /// A copy between two sides of different lengths (elements).
-    LengthMismatch {
-        /// This side's elements (the buffer or view).
-        ours: usize,
-        /// The other side's.
-        theirs: usize,
-    },
-    /// Arguments beyond the bytes any kernel takes.
-    ArgumentsTooLarge {
-        /// The bytes the arguments would take.
-        bytes: usize,
-        /// The most a kernel takes.
-        max: usize,
-    },
-    /// An alignment that is not a power of two.
-    NotPowerOfTwo {
-        /// The alignment given.
-        align: usize,
-    },
-    /// A graph a failed capture into left undefined (CUDA): only dropping it is allowed.
-    GraphBroken,
-    /// Snapshots, nodes or words of another graph than the one they are used with.
-    OtherGraph,
-    /// An exec updated from another graph since its instantiation, where what is used was made
-    /// for the graph it was instantiated from.
-    ExecUpdated,
-    /// A graph that does not run the table's refresh (exactly once) where it must.
-    NoRefresh,
-    /// A table's refresh that is not the graph's first node where it must be.
-    RefreshNotFirst,
-    /// A stream-ordered buffer of another stream that nothing can order before the work now
-    /// (that stream is capturing).
-    UnorderedBuffer,
-    /// A range that is not within the buffer or view.
-    OutOfRange {
-        /// The buffer's or view's elements.
-        len: usize,
-    },
-    /// A step's closure made a call through its scope that a capture refuses (a
-    /// synchronization, a host read, an upload): the step runs eagerly, or make the call
-    /// outside the step.
-    CaptureRefused {
-        /// The scope's call.
-        call: &'static str,
-    },
-    /// A step's closure did other work in one run than in another (node count, kernel, launch
-    /// dimensions, or an argument that is neither a declared buffer nor the same each run).
-    StepChanged,
-    /// A step's parameter that its closure does not read through the scope, or of another step.
-    UnknownParam,
-    /// A copy through a step's scope that reads or writes a declared buffer: copies are not
-    /// rebound between calls (only kernel arguments are). Copy through a kernel, or outside the
-    /// step.
-    ParamCopied,
-    /// The legacy default stream (the null handle, `CU_STREAM_LEGACY`) or the per-thread default
-    /// stream (`CU_STREAM_PER_THREAD`), which cannot be captured: use a stream of your own
-    /// (`Stream::new`, or another library's created stream).
-    DefaultStream,
-    /// A null handle where a live one of another library was expected (a cuBLAS handle lent
-    /// with `Cublas::borrow_raw`): pass the live handle.
-    NullHandle,
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
@@ -277,6 +159,12 @@ impl Error {
         }
     }
 
+    /// The misuse [`Misuse::Ptx`] of `call`: `what` failed in the PTX pass, whose `error` says why.
+    pub(crate) fn ptx(call: &'static str, what: &str, error: graph_rt_ptx::PtxError) -> Self {
+        let reason = format!("{what}: {error}");
+        Error::misuse(call, Misuse::Ptx { error }, reason)
+    }
+
     /// Which misuse this is, if graph-rt named it.
     pub fn misuse_kind(&self) -> Option<&Misuse> {
         match self {
@@ -285,6 +173,8 @@ impl Error {
         }
     }
 
+    /// The error [`Error::InvalidArgument`] of `call`: only for what is not a misuse (see
+    /// there); a misuse is [`Error::misuse`] with its [`Misuse`].
     pub(crate) fn invalid(call: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidArgument {
             call,
@@ -391,9 +281,14 @@ mod tests {
 
     #[test]
     fn invalid_argument_names_the_call() {
-        let e = Error::invalid("DeviceBuffer::copy_from_host", "length 3 != 4");
-        assert_eq!(e.call(), Some("DeviceBuffer::copy_from_host"));
-        assert_eq!(e.to_string(), "DeviceBuffer::copy_from_host: length 3 != 4");
+        // What is left to `Error::invalid`: failures that are not misuses, e.g. another
+        // library's, said in its words.
+        let e = Error::invalid("cublasGemmEx", "CUBLAS_STATUS_INVALID_VALUE (7)");
+        assert_eq!(e.call(), Some("cublasGemmEx"));
+        assert_eq!(
+            e.to_string(),
+            "cublasGemmEx: CUBLAS_STATUS_INVALID_VALUE (7)"
+        );
     }
 
     #[test]

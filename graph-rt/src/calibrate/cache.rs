@@ -530,7 +530,8 @@ mod tests {
         ));
         // A failing calibration is the caller's error.
         let failed = load_or_calibrate(None, false, wanted, || {
-            Err(crate::Error::invalid("calibrate", "no GPU"))
+            let no_gpu = graph_rt_sys::CUresult::CUDA_ERROR_NO_DEVICE;
+            Err(crate::Error::driver("cuInit", no_gpu))
         });
         assert!(failed.is_err());
     }

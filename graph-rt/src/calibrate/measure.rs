@@ -9,7 +9,7 @@ use super::options::CalibrateOptions;
 use super::workload::{chain_shape, chain_step, ChainStep};
 use crate::choose::{CostModel, Mechanism};
 use crate::driver::{CaptureStatus, DeviceBuffer, Event, EventFlags, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::prelude::Prelude;
 use crate::timing::{interleave, median, rounds_at, warm_up};
 
@@ -58,8 +58,9 @@ fn plan(stream: &Stream, options: &CalibrateOptions) -> Result<Plan> {
 /// [`calibrate`] with its plan made.
 fn measure(stream: &Stream, options: &CalibrateOptions, plan: &Plan) -> Result<CostModel> {
     if stream.capture_status()? != CaptureStatus::None {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             "calibrate",
+            Misuse::Capturing,
             "the stream is capturing: calibration launches and synchronizes, which a capture cannot hold",
         ));
     }
@@ -127,6 +128,7 @@ fn copy_bandwidth(stream: &Stream) -> Result<f64> {
     }
     let us = median(times);
     if us.is_nan() || us <= 0.0 {
+        // Not a misuse: the device's timing gave nothing usable.
         return Err(Error::invalid(
             "cuEventElapsedTime",
             format!("a 64 MiB copy measured {us} µs"),

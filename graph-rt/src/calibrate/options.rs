@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use super::workload::ChainStep;
 use crate::choose::Mechanism;
 use crate::driver::Stream;
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// Builds a mechanism's chain of the given number of kernel nodes on the stream, and returns
 /// its step (see [`ExtraMechanism`]).
@@ -104,8 +104,9 @@ impl CalibrateOptions {
     pub(crate) fn check(&self) -> Result<()> {
         const CALL: &str = "calibrate";
         if self.sizes.is_empty() || self.sizes.contains(&0) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::Zero { what: "sizes" },
                 format!(
                     "sizes must be one or more kernel-node counts, none zero; got {:?}",
                     self.sizes
@@ -113,7 +114,8 @@ impl CalibrateOptions {
             ));
         }
         if self.rounds == 0 {
-            return Err(Error::invalid(CALL, "rounds must be at least 1"));
+            let reason = "rounds must be at least 1";
+            return Err(Error::misuse(CALL, Misuse::Zero { what: "rounds" }, reason));
         }
         Ok(())
     }
@@ -152,6 +154,7 @@ mod tests {
 
     fn never() -> ExtraMechanism {
         ExtraMechanism::new(Prelude, |_: &Stream, _| {
+            // A placeholder the test never calls: no error of graph-rt's.
             Err(Error::invalid("test", "not called"))
         })
     }
@@ -173,6 +176,7 @@ mod tests {
         );
         o.extra.push(never());
         o.extra.push(ExtraMechanism::new(TablePdl, |_: &Stream, _| {
+            // As in `never`: not called.
             Err(Error::invalid("test", "not called"))
         }));
         assert_eq!(
@@ -186,13 +190,19 @@ mod tests {
     #[test]
     fn options_without_a_point_are_refused() {
         assert!(CalibrateOptions::default().check().is_ok());
-        for (sizes, rounds) in [(vec![], 15), (vec![10, 0], 15), (vec![10], 0)] {
+        for (sizes, rounds, what) in [
+            (vec![], 15, "sizes"),
+            (vec![10, 0], 15, "sizes"),
+            (vec![10], 0, "rounds"),
+        ] {
             let o = CalibrateOptions {
                 sizes,
                 rounds,
                 ..Default::default()
             };
-            assert!(o.check().is_err(), "{o:?}");
+            let e = o.check().unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::Zero { what }), "{o:?}");
+            assert_eq!(e.call(), Some("calibrate"));
         }
     }
 }

@@ -6,7 +6,7 @@
 use crate::choose::{GraphShape, Mechanism};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{CaptureStatus, Context, DeviceBuffer, Function, Module, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::{CaptureMode, CapturedNode, Graph, GraphExec, Node};
 use crate::launch::LaunchConfig;
 use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
@@ -143,8 +143,9 @@ fn table_form(stream: &Stream, nodes: usize, pdl: bool) -> Result<Form> {
     let kernel = if pdl {
         let cc = ctx.device().compute_capability()?;
         if cc.0 < 9 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "chain_step",
+                Misuse::DeviceUnsupported,
                 format!(
                     "table+pdl needs compute capability 9.0 (programmatic dependent launch); \
                      this device has {}.{}",
@@ -229,8 +230,9 @@ fn prelude_form(stream: &Stream, nodes: usize, sets: &[Vec<DeviceBuffer<f32>>; 2
         PreludeOptions::default(),
     )?;
     if let PreludeMode::Host { reason } = &prelude.report().mode {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::DeviceUnsupported,
             format!("the prelude does not load here: {reason}"),
         ));
     }
@@ -248,7 +250,8 @@ impl Chain {
     pub(crate) fn new(stream: &Stream, mechanism: Mechanism, nodes: usize) -> Result<Self> {
         const CALL: &str = "chain_step";
         if nodes == 0 {
-            return Err(Error::invalid(CALL, "a chain needs at least one kernel"));
+            let reason = "a chain needs at least one kernel";
+            return Err(Error::misuse(CALL, Misuse::Zero { what: "nodes" }, reason));
         }
         let ctx = stream.context();
         let full = || -> Result<[Vec<DeviceBuffer<f32>>; 2]> {
@@ -337,8 +340,9 @@ impl Chain {
             Form::StaticCopy { exec, fixed } => {
                 // The copies below keep nothing alive: captured, they would outlive the buffers.
                 if stream.capture_status()? != CaptureStatus::None {
-                    return Err(Error::invalid(
+                    return Err(Error::misuse(
                         "chain_step",
+                        Misuse::Capturing,
                         "the static-copy step copies buffers it owns: not on a capturing stream",
                     ));
                 }

@@ -4,7 +4,7 @@ use std::fmt;
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// A way of rebinding a captured graph's kernels to new buffers between replays.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -179,8 +179,9 @@ impl CostModel {
                     .map(|s| s.2)
                     .collect();
                 if v.iter().any(|x| !x.is_finite() || *x < 0.0) {
-                    return Err(Error::invalid(
+                    return Err(Error::misuse(
                         "CostModel::fit",
+                        Misuse::Malformed,
                         format!("{m}: a time that is not a non-negative number"),
                     ));
                 }
@@ -210,7 +211,7 @@ impl CostModel {
     /// Reads a model written by [`CostModel::to_json`]; anything else is an error.
     pub fn from_json(text: &str) -> Result<Self> {
         const CALL: &str = "CostModel::from_json";
-        let bad = |what: &str| Error::invalid(CALL, what.to_string());
+        let bad = |what: &str| Error::misuse(CALL, Misuse::Malformed, what.to_string());
         let v: Value = serde_json::from_str(text).map_err(|e| bad(&format!("not JSON: {e}")))?;
         if v["version"].as_u64() != Some(1) {
             return Err(bad("not a version-1 cost model"));
@@ -291,8 +292,9 @@ pub fn choose(shape: &GraphShape, model: &CostModel, forced: Option<Mechanism>) 
         Some(m) => {
             let p = predictions.iter().find(|p| p.mechanism == m);
             if let Some(Err(why)) = p.map(|p| p.us) {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     "choose",
+                    Misuse::DeviceUnsupported,
                     format!("{m} cannot rebind this graph: {why}"),
                 ));
             }
@@ -304,7 +306,11 @@ pub fn choose(shape: &GraphShape, model: &CostModel, forced: Option<Mechanism>) 
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map(|(m, _)| m)
             .ok_or_else(|| {
-                Error::invalid("choose", "no measured mechanism can rebind this graph")
+                Error::misuse(
+                    "choose",
+                    Misuse::DeviceUnsupported,
+                    "no measured mechanism can rebind this graph",
+                )
             })?,
     };
     Ok(Choice {
@@ -382,7 +388,8 @@ mod tests {
         assert!(l.at(2000) > 656.0 && l.at(0) >= 0.0);
         let back = CostModel::from_json(&m.to_json()).unwrap();
         assert_eq!(back, m);
-        assert!(CostModel::fit("x", &[(Mechanism::Table, 5, f64::NAN)], 1.0).is_err());
+        let e = CostModel::fit("x", &[(Mechanism::Table, 5, f64::NAN)], 1.0).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&crate::Misuse::Malformed), "{e}");
         for bad in [
             "{}",
             "[]",
@@ -392,7 +399,12 @@ mod tests {
             r#"{"version":1,"device":"d","copy_bytes_per_us":0,"lines":{}}"#,
             "x",
         ] {
-            assert!(CostModel::from_json(bad).is_err(), "{bad}");
+            let e = CostModel::from_json(bad).unwrap_err();
+            assert_eq!(
+                e.misuse_kind(),
+                Some(&crate::Misuse::Malformed),
+                "{bad}: {e}"
+            );
         }
     }
 
@@ -442,7 +454,12 @@ mod tests {
                 .chosen,
             Mechanism::ExecUpdate
         );
-        assert!(choose(&foreign, &m, Some(Mechanism::TablePdl)).is_err());
+        let e = choose(&foreign, &m, Some(Mechanism::TablePdl)).unwrap_err();
+        assert_eq!(
+            e.misuse_kind(),
+            Some(&crate::Misuse::DeviceUnsupported),
+            "{e}"
+        );
         assert!(choose(&foreign, &m, Some(Mechanism::Prelude)).is_err());
         let report = choose(&chain(200), &m, None).unwrap().to_string();
         assert!(

@@ -12,7 +12,7 @@ use super::sys::{self, CublasLib, Handle};
 use super::{check_gemm_dims, order, Batch, Dims, GemmShape};
 use crate::driver::{Allocation, CaptureStatus, DeviceBuffer, Event, EventFlags};
 use crate::driver::{Parked, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::resource::Resource;
 
 /// How a GEMM uses an operand: as stored (column-major, as cuBLAS expects), or transposed.
@@ -113,8 +113,9 @@ impl Cublas {
         const CALL: &str = "Cublas::new";
         let lib = sys::library()?;
         if stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::Capturing,
                 "the stream is capturing: create the cuBLAS handle (which allocates) before the capture",
             ));
         }
@@ -182,8 +183,9 @@ impl Cublas {
         gemms: impl FnOnce(&Self) -> Result<R>,
     ) -> Result<R> {
         if scope.stream().as_raw() != self.stream.as_raw() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "Cublas::record",
+                Misuse::OtherStream,
                 "the capture is of another stream than the handle's",
             ));
         }
@@ -504,16 +506,18 @@ impl Cublas {
         let dims = check_gemm_dims(call, shape, buffers.map(DeviceBuffer::len), batch)?;
         for (name, buffer) in ["A", "B", "C"].into_iter().zip(buffers) {
             if !buffer.allocation().in_context(self.stream.context()) {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     call,
+                    Misuse::OtherContext,
                     format!("{name} belongs to another context than the handle's stream"),
                 ));
             }
         }
         let recording = self.recording.get();
         if !recording && self.stream.capture_status()? != CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::Capturing,
                 "the handle's stream is capturing: call the GEMMs inside Cublas::record(scope, ..), so that the graph keeps their buffers alive",
             ));
         }

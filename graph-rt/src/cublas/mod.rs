@@ -41,7 +41,7 @@ pub use handle::{Cublas, Op};
 
 use std::ffi::c_int;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// A GEMM's shape as cuBLAS takes it: `C (m×n) = op(A) (m×k) · op(B) (k×n)`, column-major.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,16 +121,18 @@ pub(crate) fn check_gemm_dims(
     lens: [usize; 3],
     batch: Option<&Batch>,
 ) -> Result<Dims> {
-    let int = |name: &str, v: usize| -> Result<c_int> {
+    let int = |name: &'static str, v: usize| -> Result<c_int> {
         if v == 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::Zero { what: name },
                 format!("{name} is 0: every dimension and leading dimension must be at least 1"),
             ));
         }
         c_int::try_from(v).map_err(|_| {
-            Error::invalid(
+            Error::misuse(
                 call,
+                Misuse::TooLarge { what: name },
                 format!(
                     "{name} = {v} does not fit cuBLAS's 32-bit int (at most {})",
                     c_int::MAX
@@ -151,14 +153,16 @@ pub(crate) fn check_gemm_dims(
         None => (0, [0; 3]),
         Some(b) => {
             if b.count < 1 {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     call,
+                    Misuse::Zero { what: "batch" },
                     format!("batch is {}: it must be at least 1", b.count),
                 ));
             }
             if b.stride_c == 0 && b.count > 1 {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     call,
+                    Misuse::BadStride { name: "stride_c" },
                     "stride_c is 0 with a batch above 1: every matrix of the batch would write the same C",
                 ));
             }
@@ -168,8 +172,10 @@ pub(crate) fn check_gemm_dims(
                 ("stride_b", b.stride_b),
                 ("stride_c", b.stride_c),
             ]) {
-                *s = usize::try_from(v)
-                    .map_err(|_| Error::invalid(call, format!("{name} = {v} is negative")))?;
+                *s = usize::try_from(v).map_err(|_| {
+                    let reason = format!("{name} = {v} is negative");
+                    Error::misuse(call, Misuse::BadStride { name }, reason)
+                })?;
             }
             // `count` ≥ 1 here, so this never fails.
             (usize::try_from(b.count - 1).unwrap_or(0), strides)
@@ -188,15 +194,23 @@ pub(crate) fn check_gemm_dims(
             Op::T => (cols, rows),
         };
         if ld < stored_rows {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::LeadingDimension {
+                    name: ld_name,
+                    ld,
+                    rows: stored_rows,
+                },
                 format!(
                     "{ld_name} = {ld} is less than the {stored_rows} rows of {name} as stored \
                      ({stored_rows}×{stored_cols}, op {op:?})"
                 ),
             ));
         }
-        let overflow = || Error::invalid(call, format!("the extent of {name} overflows usize"));
+        let overflow = || {
+            let reason = format!("the extent of {name} overflows usize");
+            Error::misuse(call, Misuse::TooLarge { what: name }, reason)
+        };
         let one = required_len(op, rows, cols, ld).ok_or_else(overflow)?;
         let needed = stride
             .checked_mul(before_last)
@@ -208,8 +222,9 @@ pub(crate) fn check_gemm_dims(
             } else {
                 String::new()
             };
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::TooShort { len, min: needed },
                 format!(
                     "{name} holds {len} elements, but {stored_rows}×{stored_cols} with \
                      {ld_name} = {ld}{of_batch} spans {needed}"
@@ -227,7 +242,7 @@ mod tests {
     use super::sys::{candidates, check_status, load_from, ENV_VAR, LIBRARY_NAMES};
     use super::Op;
     use super::{check_gemm_dims, required_len, Batch, Dims, GemmShape};
-    use crate::error::Error;
+    use crate::error::{Error, Misuse};
 
     const CALL: &str = "cublasSgemm_v2";
 
@@ -236,18 +251,18 @@ mod tests {
         GemmShape::new((Op::N, Op::N), (4, 3, 2), (4, 2, 4))
     }
 
-    fn reason(e: Error) -> String {
+    fn misuse(e: Error) -> Misuse {
         match e {
-            Error::InvalidArgument { call, reason } => {
+            Error::Misuse { call, misuse, .. } => {
                 assert_eq!(call, CALL);
-                reason
+                misuse
             }
-            e => panic!("not an argument error: {e}"),
+            e => panic!("not a misuse: {e}"),
         }
     }
 
-    fn fails(shape: &GemmShape, lens: [usize; 3], batch: Option<&Batch>) -> String {
-        reason(check_gemm_dims(CALL, shape, lens, batch).unwrap_err())
+    fn fails(shape: &GemmShape, lens: [usize; 3], batch: Option<&Batch>) -> Misuse {
+        misuse(check_gemm_dims(CALL, shape, lens, batch).unwrap_err())
     }
 
     #[test]
@@ -284,21 +299,23 @@ mod tests {
     fn zero_and_oversized_dimensions_are_refused() {
         let mut s = shape();
         s.k = 0;
-        assert!(fails(&s, [100; 3], None).contains("k is 0"));
+        assert_eq!(fails(&s, [100; 3], None), Misuse::Zero { what: "k" });
         let mut s = shape();
         s.ldc = 0;
-        assert!(fails(&s, [100; 3], None).contains("ldc is 0"));
+        assert_eq!(fails(&s, [100; 3], None), Misuse::Zero { what: "ldc" });
         let big = i32::MAX as usize + 1;
         let mut s = shape();
         s.m = big;
         s.lda = big;
         s.ldc = big;
         let r = fails(&s, [usize::MAX; 3], None);
-        assert!(r.contains(&format!("m = {big}")), "{r}");
-        assert!(r.contains("32-bit int"), "{r}");
+        assert_eq!(r, Misuse::TooLarge { what: "m" });
         let mut s = shape();
         s.ldb = big;
-        assert!(fails(&s, [usize::MAX; 3], None).contains("ldb = 2147483648"));
+        assert_eq!(
+            fails(&s, [usize::MAX; 3], None),
+            Misuse::TooLarge { what: "ldb" }
+        );
         // i32::MAX itself fits.
         let mut s = shape();
         s.lda = i32::MAX as usize;
@@ -310,39 +327,38 @@ mod tests {
     fn leading_dimensions_cover_the_stored_rows() {
         let mut s = shape();
         s.lda = 3;
-        let r = fails(&s, [100; 3], None);
-        assert!(r.contains("lda = 3 is less than the 4 rows of A"), "{r}");
+        let ld = |name, ld, rows| Misuse::LeadingDimension { name, ld, rows };
+        assert_eq!(fails(&s, [100; 3], None), ld("lda", 3, 4));
         // op T: A is stored k×m = 2×4, so lda = 2 is enough and 1 is not.
         let mut s = shape();
         s.transa = Op::T;
         s.lda = 2;
         assert!(check_gemm_dims(CALL, &s, [8, 6, 12], None).is_ok());
         s.lda = 1;
-        assert!(fails(&s, [100; 3], None).contains("lda = 1 is less than the 2 rows of A"));
+        assert_eq!(fails(&s, [100; 3], None), ld("lda", 1, 2));
         // op T on B: B is stored n×k = 3×2.
         let mut s = shape();
         s.transb = Op::T;
         s.ldb = 2;
-        assert!(fails(&s, [100; 3], None).contains("ldb = 2 is less than the 3 rows of B"));
+        assert_eq!(fails(&s, [100; 3], None), ld("ldb", 2, 3));
         let mut s = shape();
         s.ldc = 3;
-        assert!(fails(&s, [100; 3], None).contains("ldc = 3 is less than the 4 rows of C"));
+        assert_eq!(fails(&s, [100; 3], None), ld("ldc", 3, 4));
     }
 
     #[test]
     fn short_buffers_are_refused() {
-        let r = fails(&shape(), [7, 6, 12], None);
-        assert!(r.contains("A holds 7 elements"), "{r}");
-        assert!(r.contains("spans 8"), "{r}");
-        assert!(fails(&shape(), [8, 5, 12], None).contains("B holds 5 elements"));
-        assert!(fails(&shape(), [8, 6, 11], None).contains("C holds 11 elements"));
+        let short = |len, min| Misuse::TooShort { len, min };
+        assert_eq!(fails(&shape(), [7, 6, 12], None), short(7, 8));
+        assert_eq!(fails(&shape(), [8, 5, 12], None), short(5, 6));
+        assert_eq!(fails(&shape(), [8, 6, 11], None), short(11, 12));
         // With padding the last column still ends at ld·(cols−1) + rows.
         let mut s = shape();
         s.lda = 10;
-        assert!(fails(&s, [13, 6, 12], None).contains("spans 14"));
+        assert_eq!(fails(&s, [13, 6, 12], None), short(13, 14));
         assert!(check_gemm_dims(CALL, &s, [14, 6, 12], None).is_ok());
         // Empty buffers never pass.
-        assert!(fails(&shape(), [0, 6, 12], None).contains("A holds 0 elements"));
+        assert_eq!(fails(&shape(), [0, 6, 12], None), short(0, 8));
     }
 
     #[test]
@@ -354,9 +370,10 @@ mod tests {
             count: 3,
         };
         assert!(check_gemm_dims(CALL, &shape(), [24, 18, 36], Some(&batch)).is_ok());
-        let r = fails(&shape(), [24, 18, 35], Some(&batch));
-        assert!(r.contains("C holds 35 elements"), "{r}");
-        assert!(r.contains("last matrix of the batch"), "{r}");
+        assert_eq!(
+            fails(&shape(), [24, 18, 35], Some(&batch)),
+            Misuse::TooShort { len: 35, min: 36 }
+        );
         // A stride of 0 broadcasts one A over the batch.
         let broadcast = Batch {
             stride_a: 0,
@@ -364,17 +381,26 @@ mod tests {
         };
         assert!(check_gemm_dims(CALL, &shape(), [8, 18, 36], Some(&broadcast)).is_ok());
         let no_batch = Batch { count: 0, ..batch };
-        assert!(fails(&shape(), [100; 3], Some(&no_batch)).contains("batch is 0"));
+        assert_eq!(
+            fails(&shape(), [100; 3], Some(&no_batch)),
+            Misuse::Zero { what: "batch" }
+        );
         let negative = Batch {
             stride_b: -6,
             ..batch
         };
-        assert!(fails(&shape(), [100; 3], Some(&negative)).contains("stride_b = -6 is negative"));
+        assert_eq!(
+            fails(&shape(), [100; 3], Some(&negative)),
+            Misuse::BadStride { name: "stride_b" }
+        );
         let same_c = Batch {
             stride_c: 0,
             ..batch
         };
-        assert!(fails(&shape(), [100; 3], Some(&same_c)).contains("stride_c is 0"));
+        assert_eq!(
+            fails(&shape(), [100; 3], Some(&same_c)),
+            Misuse::BadStride { name: "stride_c" }
+        );
         // One matrix may write C in place whatever its stride.
         let one = Batch {
             stride_c: 0,
@@ -387,7 +413,10 @@ mod tests {
             count: i32::MAX,
             ..batch
         };
-        assert!(fails(&shape(), [usize::MAX; 3], Some(&huge)).contains("overflows"));
+        assert_eq!(
+            fails(&shape(), [usize::MAX; 3], Some(&huge)),
+            Misuse::TooLarge { what: "A" }
+        );
     }
 
     #[test]

@@ -188,6 +188,7 @@ pub(crate) fn load_from(candidates: &[OsString]) -> Result<CublasLib> {
     } else {
         failed.join("; ")
     };
+    // Not a misuse: the library is missing or does not load (as `Error::Load` for the driver).
     Err(Error::invalid(
         "dlopen(libcublas)",
         format!(
@@ -278,6 +279,7 @@ pub(crate) fn check_status(call: &'static str, status: Status) -> Result<()> {
     if status == CUBLAS_STATUS_SUCCESS {
         Ok(())
     } else {
+        // Not a misuse graph-rt names: cuBLAS's own failure, said as cuBLAS says it.
         Err(Error::invalid(
             call,
             format!(

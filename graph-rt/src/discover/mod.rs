@@ -14,7 +14,7 @@ pub use patch::HostPatcher;
 pub use scan::{discover, Discovery, Dynamic, NodeParams, Patch, Unexplained};
 pub use snapshot::{kernel_snapshots, KernelSnapshot};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::Graph;
 
 /// Discovers the dynamic words of `first`'s kernel nodes against `second`, a capture of the
@@ -31,8 +31,9 @@ pub fn discover_graphs(
     let pa: Vec<NodeParams> = a.iter().map(|s| s.params.clone()).collect();
     let pb: Vec<NodeParams> = b.iter().map(|s| s.params.clone()).collect();
     let d = discover(&pa, &pb, dyn_first, dyn_second).ok_or_else(|| {
-        Error::invalid(
+        Error::misuse(
             "discover_graphs",
+            Misuse::DiscoveryMismatch,
             "the dynamic buffers are declared differently in the two captures, or a buffer's two allocations overlap",
         )
     })?;

@@ -7,7 +7,7 @@ use graph_rt_sys::{CUdeviceptr, CUDA_KERNEL_NODE_PARAMS};
 
 use super::scan::{Discovery, Patch};
 use super::snapshot::KernelSnapshot;
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::GraphExec;
 
 struct PatchedNode {
@@ -34,8 +34,11 @@ impl HostPatcher {
     /// [`HostPatcher::with_unexplained`] when they are known to be harmless.
     pub fn new(first: &[KernelSnapshot], discovery: &Discovery, buffers: usize) -> Result<Self> {
         if !discovery.unexplained.is_empty() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "HostPatcher::new",
+                Misuse::Unexplained {
+                    count: discovery.unexplained.len(),
+                },
                 format!(
                     "the discovery left {} difference(s) unexplained (first: {:?}): rebinding would leave them as captured",
                     discovery.unexplained.len(),
@@ -58,10 +61,16 @@ impl HostPatcher {
         let mut nodes: Vec<PatchedNode> = Vec::new();
         for p in &patches {
             let snap = first.get(p.node).ok_or_else(|| {
-                Error::invalid("HostPatcher::new", format!("no kernel node {}", p.node))
+                let reason = format!("no kernel node {} among the snapshots", p.node);
+                Error::misuse("HostPatcher::new", Misuse::DiscoveryMismatch, reason)
             })?;
             if p.buffer >= buffers || p.offset.saturating_add(8) > snap.params.bytes.len() {
-                return Err(Error::invalid("HostPatcher::new", "a patch out of range"));
+                let reason = "a patch out of range of its node's parameters or the buffers";
+                return Err(Error::misuse(
+                    "HostPatcher::new",
+                    Misuse::DiscoveryMismatch,
+                    reason,
+                ));
             }
             match nodes.last_mut() {
                 Some(n) if n.snap.raw == snap.raw => n.patches.push(*p),
@@ -104,14 +113,19 @@ impl HostPatcher {
     pub unsafe fn rebind(&mut self, exec: &mut GraphExec, bases: &[CUdeviceptr]) -> Result<()> {
         const CALL: &str = "HostPatcher::rebind";
         if exec.is_device_updatable() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::DeviceUpdatable,
                 "the exec's graph has device-updatable nodes (an in-graph prelude rewrites these words on the device): launch it through its Prelude instead",
             ));
         }
         if bases.len() != self.buffers {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::CountMismatch {
+                    expected: self.buffers,
+                    got: bases.len(),
+                },
                 format!(
                     "{} addresses for {} dynamic buffers",
                     bases.len(),
@@ -179,4 +193,47 @@ unsafe fn set_params(exec: &mut GraphExec, snap: &KernelSnapshot, bytes: &mut [u
     let r = unsafe { exec.set_kernel_params(snap.node, &p) };
     drop(ptrs);
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::scan::Unexplained;
+    use super::*;
+
+    fn misuse(r: Result<HostPatcher>) -> Option<Misuse> {
+        r.err().and_then(|e| e.misuse_kind().cloned())
+    }
+
+    #[test]
+    fn discoveries_that_do_not_fit_are_named_misuses() {
+        let patch = Patch {
+            node: 0,
+            offset: 0,
+            buffer: 0,
+            interior: 0,
+        };
+        // A patch of a node the snapshots lack.
+        let discovery = Discovery {
+            patches: vec![patch],
+            ..Default::default()
+        };
+        assert_eq!(
+            misuse(HostPatcher::new(&[], &discovery, 1)),
+            Some(Misuse::DiscoveryMismatch)
+        );
+        // Differences left unexplained: refused by `new`, not by `with_unexplained`.
+        let discovery = Discovery {
+            unexplained: vec![Unexplained::NodeCount {
+                first: 2,
+                second: 3,
+            }],
+            ..Default::default()
+        };
+        assert_eq!(
+            misuse(HostPatcher::new(&[], &discovery, 1)),
+            Some(Misuse::Unexplained { count: 1 })
+        );
+        let patcher = HostPatcher::with_unexplained(&[], &discovery, 1).unwrap();
+        assert_eq!((patcher.node_count(), patcher.patch_count()), (0, 0));
+    }
 }

@@ -57,6 +57,7 @@ pub fn kernel_snapshots(graph: &Graph) -> Result<Vec<KernelSnapshot>> {
                 // SAFETY: kernelParams holds one pointer per parameter, each to `size` bytes.
                 let src = unsafe { *p.kernelParams.add(i) } as *const u8;
                 if src.is_null() {
+                    // Not a misuse: the driver (or the node's maker) left the parameter out.
                     return Err(Error::invalid(CALL, format!("parameter {i} has no value")));
                 }
                 // SAFETY: as above; `bytes` holds `end` bytes, so the range fits.
@@ -118,6 +119,7 @@ unsafe fn extra_buffer(extra: *mut *mut c_void) -> Result<Vec<u8>> {
         }
         i += 2;
         if i > 64 {
+            // Not a misuse, as below: the node's `extra` list is malformed.
             return Err(Error::invalid(
                 "cuGraphKernelNodeGetParams",
                 "an `extra` list without its end",
@@ -129,6 +131,8 @@ unsafe fn extra_buffer(extra: *mut *mut c_void) -> Result<Vec<u8>> {
             // SAFETY: the buffer holds `n` bytes (BUFFER_SIZE).
             Ok(unsafe { std::slice::from_raw_parts(buf, n) }.to_vec())
         }
+        // Not a misuse: the node (another library's launch) gave an `extra` list graph-rt cannot
+        // read.
         _ => Err(Error::invalid(
             "cuGraphKernelNodeGetParams",
             "an `extra` list without a buffer and its size",

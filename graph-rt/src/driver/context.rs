@@ -198,6 +198,7 @@ impl Context {
             return Ok(unsafe { Module::from_raw(self, raw as CUmodule) });
         }
         if !image.starts_with(b"\x7fELF") {
+            // Not a misuse: the images are graph-rt's own (shipped cubins), so this is its bug.
             return Err(Error::invalid(
                 CALL,
                 format!("the image for {key} is not a cubin (wrong magic number)"),

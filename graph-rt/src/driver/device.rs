@@ -41,7 +41,12 @@ impl Device {
     pub fn get(ordinal: usize) -> Result<Self> {
         init()?;
         let index = c_int::try_from(ordinal).map_err(|_| {
-            crate::Error::invalid("cuDeviceGet", format!("ordinal {ordinal} is too large"))
+            let reason = format!("ordinal {ordinal} is too large");
+            crate::Error::misuse(
+                "cuDeviceGet",
+                crate::error::Misuse::TooLarge { what: "ordinal" },
+                reason,
+            )
         })?;
         let mut raw = 0;
         // SAFETY: valid out-pointer.

@@ -10,7 +10,7 @@ use graph_rt_sys::CUdeviceptr;
 use super::call::cu;
 use super::memory::byte_len;
 use super::{Context, ContextInner};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// `len` zeroed elements of `T` in page-locked host memory mapped into the device's address
 /// space. The device may read and write it while kernels run, so the host accesses it element by
@@ -41,8 +41,9 @@ impl<T: Pod> MappedHostBuffer<T> {
     pub fn zeroed(ctx: &Context, len: usize) -> Result<Self> {
         const CALL: &str = "cuMemHostAlloc";
         if len == 0 || std::mem::size_of::<T>() == 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::Empty,
                 "a mapped buffer holds at least one byte",
             ));
         }

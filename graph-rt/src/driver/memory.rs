@@ -53,8 +53,9 @@ fn settle() -> Result<()> {
 
 pub(super) fn byte_len<T>(call: &'static str, len: usize) -> Result<usize> {
     len.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| {
-        Error::invalid(
+        Error::misuse(
             call,
+            Misuse::TooLarge { what: "bytes" },
             format!(
                 "{len} elements of {} bytes overflow usize",
                 std::mem::size_of::<T>()
@@ -214,8 +215,9 @@ impl<T: Pod> DeviceBuffer<T> {
     pub fn alloc_async(stream: &Stream, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("cuMemAllocAsync", len)?;
         if stream.capture_status()? != super::CaptureStatus::None {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "cuMemAllocAsync",
+                Misuse::Capturing,
                 "the stream is capturing: use Graph::add_mem_alloc for memory that lives inside a graph",
             ));
         }
@@ -445,8 +447,9 @@ impl<T: Pod> DeviceBuffer<T> {
     /// an `f32` buffer. The size of `T` must be a multiple of 4.
     pub fn fill_u32(&mut self, value: u32) -> Result<()> {
         if std::mem::size_of::<T>() % 4 != 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "DeviceBuffer::fill_u32",
+                Misuse::NotMultiple { multiple: 4 },
                 format!(
                     "the element size {} is not a multiple of 4 bytes",
                     std::mem::size_of::<T>()
@@ -561,5 +564,18 @@ impl<T: Pod> DeviceBuffer<T> {
                 stream.as_raw()
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_beyond_usize_are_named_misuses() {
+        assert_eq!(byte_len::<u64>("cuMemAlloc", 3).unwrap(), 24);
+        let e = byte_len::<u64>("cuMemAlloc", usize::MAX / 4).unwrap_err();
+        assert_eq!(e.call(), Some("cuMemAlloc"));
+        assert_eq!(e.misuse_kind(), Some(&Misuse::TooLarge { what: "bytes" }));
     }
 }

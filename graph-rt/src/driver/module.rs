@@ -7,7 +7,7 @@ use graph_rt_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUm
 
 use super::call::{cu, cu_code};
 use super::Context;
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// A loaded module. Cloning shares it; it is unloaded when the last clone and the last
 /// [`Function`] taken from it are gone.
@@ -42,7 +42,8 @@ impl Module {
     /// JIT compiler's log.
     pub fn from_ptx(ctx: &Context, ptx: &str) -> Result<Self> {
         let text = CString::new(ptx).map_err(|_| {
-            Error::invalid("cuModuleLoadDataEx", "the PTX text contains a NUL byte")
+            let reason = "the PTX text contains a NUL byte";
+            Error::misuse("cuModuleLoadDataEx", Misuse::NulByte, reason)
         })?;
         Self::load(ctx, text.as_ptr().cast())
     }
@@ -66,8 +67,9 @@ impl Module {
 
     fn from_binary(ctx: &Context, image: &[u8], magic: &[u8], kind: &str) -> Result<Self> {
         if !image.starts_with(magic) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "cuModuleLoadDataEx",
+                Misuse::WrongImage,
                 format!("the image is not a {kind} (wrong magic number)"),
             ));
         }
@@ -137,8 +139,10 @@ impl Module {
 
     /// The kernel `name` (`cuModuleGetFunction`); C++ kernels need their mangled name.
     pub fn function(&self, name: &str) -> Result<Function> {
-        let cname = CString::new(name)
-            .map_err(|_| Error::invalid("cuModuleGetFunction", "the name contains a NUL byte"))?;
+        let cname = CString::new(name).map_err(|_| {
+            let reason = "the name contains a NUL byte";
+            Error::misuse("cuModuleGetFunction", Misuse::NulByte, reason)
+        })?;
         self.inner.ctx.bind()?;
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid out-pointer, module and NUL-terminated name.

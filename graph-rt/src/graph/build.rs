@@ -10,7 +10,7 @@ use graph_rt_sys::{CUevent, CUgraph, CUgraphNode};
 use super::graph::{raw_nodes, DriverResult, Graph, GraphAllocation};
 use super::node::{copy_params, kernel_params, memset_params, EdgeKind, Node};
 use crate::driver::{cu, cu_code, DeviceBuffer, Event, Function};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::{check_layout, KernelArgs, LaunchConfig};
 use crate::resource::Resource;
 
@@ -90,13 +90,8 @@ impl Graph {
         dst: &DeviceBuffer<T>,
         src: &DeviceBuffer<T>,
     ) -> Result<Node> {
-        if dst.len() != src.len() {
-            return Err(Error::invalid(
-                "cuGraphAddMemcpyNode",
-                format!("copy of {} elements into {}", src.len(), dst.len()),
-            ));
-        }
-        let (p, ctx) = (copy_params(dst, src), self.ctx.as_raw());
+        let p = copy_params("cuGraphAddMemcpyNode", dst, src)?;
+        let ctx = self.ctx.as_raw();
         // SAFETY: both allocations hold the bytes copied and are kept alive below.
         let node = self.add_node("cuGraphAddMemcpyNode", deps, |n, g, d, len| unsafe {
             cu_code!(cuGraphAddMemcpyNode(n, g, d, len, &p, ctx))
@@ -172,8 +167,9 @@ impl Graph {
     /// Adds a copy of `child` as one node; what `child` keeps alive, this graph keeps too.
     pub fn add_child_graph(&mut self, deps: &[Node], child: &Graph) -> Result<Node> {
         if child.launch_key.is_some() && self.launch_key.is_some() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "cuGraphAddChildGraphNode",
+                Misuse::SecondRefresh,
                 "both graphs refresh an argument table: one refresh per graph",
             ));
         }
@@ -273,7 +269,11 @@ impl Graph {
         let _guard = handle.lock(CALL)?;
         if from.len() != to.len() {
             let reason = format!("{} sources for {} targets", from.len(), to.len());
-            return Err(Error::invalid(CALL, reason));
+            let counts = Misuse::CountMismatch {
+                expected: to.len(),
+                got: from.len(),
+            };
+            return Err(Error::misuse(CALL, counts, reason));
         }
         let id = self.handle.id;
         let (f, t) = (raw_nodes(from, id, CALL)?, raw_nodes(to, id, CALL)?);

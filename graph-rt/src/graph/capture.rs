@@ -19,7 +19,7 @@ use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
 use crate::driver::{cu, Event, EventFlags};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::resource::Resource;
 
@@ -65,7 +65,11 @@ pub struct CaptureScope<'s> {
 
 /// The error of a capture operation on no elements, which would make no node.
 fn empty(call: &'static str) -> Error {
-    Error::invalid(call, "no elements: the operation would make no graph node")
+    Error::misuse(
+        call,
+        Misuse::Empty,
+        "no elements: the operation would make no graph node",
+    )
 }
 
 /// Identifies captures for [`CapturedNode`]s; never reused.
@@ -106,8 +110,9 @@ impl<'s> CaptureScope<'s> {
         args: A,
     ) -> Result<CapturedNode> {
         let mut keep = self.keep.try_borrow_mut().map_err(|_| {
-            Error::invalid(
+            Error::misuse(
                 "CaptureScope::launch",
+                Misuse::Reentrant,
                 "called from inside KernelArg::retain",
             )
         })?;
@@ -137,14 +142,16 @@ impl<'s> CaptureScope<'s> {
     /// `griddepcontrol.wait`).
     pub(crate) fn require_launcher(&self, key: u64, call: &'static str) -> Result<()> {
         match self.launch_key.get() {
-            Some(k) if k != key => Err(Error::invalid(
+            Some(k) if k != key => Err(Error::misuse(
                 call,
+                Misuse::SecondRefresh,
                 "the graph already refreshes another argument table: one table per graph",
             )),
             // Two refreshes per launch would run the table's device counter ahead of its
             // launches (each refresh takes the next mirror).
-            Some(_) => Err(Error::invalid(
+            Some(_) => Err(Error::misuse(
                 call,
+                Misuse::SecondRefresh,
                 "the graph already refreshes this table: record its refresh once per graph",
             )),
             None => {

@@ -123,8 +123,9 @@ impl Graph {
         let flags = options.flags();
         let device_updatable = self.handle.is_device_updatable();
         if device_updatable && self.handle.execs.load(Ordering::Acquire) > 0 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "cuGraphInstantiate",
+                Misuse::ExecExists,
                 "the graph has device-updatable kernel nodes (an in-graph prelude): CUDA allows one exec of it at a time; drop the previous exec first",
             ));
         }
@@ -223,7 +224,8 @@ impl GraphExec {
     fn same_context(&self, stream: &Stream, call: &'static str) -> Result<()> {
         let msg = "the stream belongs to another context than the graph";
         let same = stream.context().as_raw() == self.ctx.as_raw();
-        same.then_some(()).ok_or_else(|| Error::invalid(call, msg))
+        same.then_some(())
+            .ok_or_else(|| Error::misuse(call, Misuse::OtherContext, msg))
     }
 
     /// Uploads the exec to the device on `stream`, so the first launch does not pay for it.
@@ -311,7 +313,8 @@ impl GraphExec {
         }
         self.identity.pair(&self.graph, call)?;
         let own = self.identity.from_alias.get(&node.key()).copied();
-        own.ok_or_else(|| Error::invalid(call, "the node has no counterpart in the exec"))
+        let reason = "the node has no counterpart in the exec";
+        own.ok_or_else(|| Error::misuse(call, Misuse::NoCounterpart, reason))
     }
 
     /// Kernel node `node`'s raw handle and what graph-rt knows of it: one lookup once known,
@@ -327,6 +330,7 @@ impl GraphExec {
             Some(src) => {
                 self.identity.pair(&self.graph, call)?;
                 let s = self.identity.to_source.get(&(raw as usize)).copied();
+                // Not a misuse: `pair` maps every node of the exec, so this is graph-rt's bug.
                 (
                     s.ok_or_else(|| Error::invalid(call, "node pairing lost"))?,
                     src,
@@ -336,10 +340,10 @@ impl GraphExec {
         let guard = graph.lock("cuGraphKernelNodeGetParams")?;
         // SAFETY: a node of a graph we keep alive (locked while its parameters are read).
         let p = unsafe { super::raw_node::kernel_node_params(source) }
-            .map_err(|_| Error::invalid(call, "not a kernel node"))?;
+            .map_err(|_| Error::misuse(call, Misuse::WrongNodeKind, "not a kernel node"))?;
         drop(guard);
         let function = self.functions.get(&(p.func as usize)).cloned().ok_or_else(|| {
-            Error::invalid(call, "the kernel node runs a function not launched through graph-rt (capture scope or Graph::add_kernel)")
+            Error::misuse(call, Misuse::ForeignKernel, "the kernel node runs a function not launched through graph-rt (capture scope or Graph::add_kernel)")
         })?;
         let config = LaunchConfig::new(
             (p.gridDimX, p.gridDimY, p.gridDimZ),
@@ -485,13 +489,7 @@ impl GraphExec {
         src: &DeviceBuffer<T>,
     ) -> Result<()> {
         let node_raw = self.member(node, "cuGraphExecMemcpyNodeSetParams")?;
-        if dst.len() != src.len() {
-            return Err(Error::invalid(
-                "cuGraphExecMemcpyNodeSetParams",
-                format!("copy of {} elements into {}", src.len(), dst.len()),
-            ));
-        }
-        let p = copy_params(dst, src);
+        let p = copy_params("cuGraphExecMemcpyNodeSetParams", dst, src)?;
         self.ctx.bind()?;
         // SAFETY: a memcpy node of this exec; both allocations are kept alive below.
         unsafe {

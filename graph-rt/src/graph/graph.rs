@@ -130,8 +130,9 @@ impl GraphHandle {
     /// The error of `call` on a graph with device-updatable nodes, which CUDA does not support.
     pub(crate) fn refuse_device_updatable(&self, call: &'static str, what: &str) -> Result<()> {
         if self.is_device_updatable() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::DeviceUpdatable,
                 format!("the graph has device-updatable kernel nodes (an in-graph prelude patches them), and CUDA does not {what} such a graph"),
             ));
         }
@@ -355,8 +356,9 @@ impl Graph {
             .filter(|(id, _)| *id == original.graph)
             .and_then(|(_, map)| map.get(&original.key()).map(|c| *c as CUgraphNode));
         let raw = copy.ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
                 "cuGraphNodeFindInClone",
+                Misuse::OtherGraph,
                 "the node is not of the graph this one was cloned from",
             )
         })?;
@@ -371,8 +373,9 @@ impl Graph {
     pub fn node(&self, captured: CapturedNode) -> Result<Node> {
         let raw = self.handle.creation.lock().captured(captured);
         let raw = raw.ok_or_else(|| {
-            Error::invalid(
+            Error::misuse(
                 "Graph::node",
+                Misuse::OtherGraph,
                 "the captured node is not of a capture into this graph",
             )
         })?;
@@ -387,8 +390,10 @@ impl Graph {
         let handle = Arc::clone(&self.handle);
         let _guard = handle.lock("cuGraphDebugDotPrint")?;
         let path = path.as_ref();
-        let c = CString::new(path.to_string_lossy().as_bytes())
-            .map_err(|_| Error::invalid("cuGraphDebugDotPrint", "the path contains a NUL byte"))?;
+        let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|_| {
+            let reason = "the path contains a NUL byte";
+            Error::misuse("cuGraphDebugDotPrint", Misuse::NulByte, reason)
+        })?;
         let flags = graph_rt_sys::CUgraphDebugDot_flags::CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE.0;
         // SAFETY: valid graph and NUL-terminated path.
         unsafe { cu!(cuGraphDebugDotPrint(self.raw, c.as_ptr(), flags)) }

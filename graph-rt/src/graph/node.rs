@@ -8,7 +8,7 @@ use graph_rt_sys::{CUgraphNode, CUgraphNodeType};
 
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::LaunchConfig;
 
 /// A node of a graph: a plain handle, valid while its graph lives. It remembers which graph it
@@ -35,8 +35,9 @@ impl Node {
         if self.graph == graph {
             Ok(self.raw)
         } else {
-            Err(Error::invalid(
+            Err(Error::misuse(
                 call,
+                Misuse::OtherGraph,
                 "the node belongs to another graph (or to one that is gone)",
             ))
         }
@@ -197,12 +198,24 @@ pub(crate) fn kernel_params(
     }
 }
 
+/// The parameters of a copy of all of `src` into `dst` for `call`: lengths must match.
 pub(crate) fn copy_params<T: Pod>(
+    call: &'static str,
     dst: &DeviceBuffer<T>,
     src: &DeviceBuffer<T>,
-) -> graph_rt_sys::CUDA_MEMCPY3D {
+) -> Result<graph_rt_sys::CUDA_MEMCPY3D> {
+    if dst.len() != src.len() {
+        return Err(Error::misuse(
+            call,
+            Misuse::LengthMismatch {
+                ours: dst.len(),
+                theirs: src.len(),
+            },
+            format!("copy of {} elements into {}", src.len(), dst.len()),
+        ));
+    }
     let device = graph_rt_sys::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    graph_rt_sys::CUDA_MEMCPY3D {
+    Ok(graph_rt_sys::CUDA_MEMCPY3D {
         srcMemoryType: device,
         srcDevice: src.as_raw(),
         dstMemoryType: device,
@@ -211,7 +224,7 @@ pub(crate) fn copy_params<T: Pod>(
         Height: 1,
         Depth: 1,
         ..Default::default()
-    }
+    })
 }
 
 pub(crate) fn memset_params<T: Pod>(
@@ -220,8 +233,14 @@ pub(crate) fn memset_params<T: Pod>(
     value: u32,
 ) -> Result<graph_rt_sys::CUDA_MEMSET_NODE_PARAMS> {
     if dst.num_bytes() % 4 != 0 || dst.is_empty() {
-        return Err(Error::invalid(
+        let misuse = if dst.is_empty() {
+            Misuse::Empty
+        } else {
+            Misuse::NotMultiple { multiple: 4 }
+        };
+        return Err(Error::misuse(
             call,
+            misuse,
             format!("{} bytes is not a non-empty multiple of 4", dst.num_bytes()),
         ));
     }

@@ -24,6 +24,7 @@ pub(crate) unsafe fn make_device_updatable(node: CUgraphNode) -> Result<u64> {
     // SAFETY: the member the attribute fills.
     let dev = unsafe { v.deviceUpdatableKernelNode.devNode } as u64;
     if dev == 0 {
+        // Not a misuse: the driver did not do what it documents.
         return Err(Error::invalid(
             "cuGraphKernelNodeGetAttribute",
             "the driver gave no device handle for a device-updatable node",

@@ -3,7 +3,7 @@
 
 use graph_rt_sys::{CUlaunchAttribute, CUlaunchAttributeID};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// Grid or block dimensions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,7 +157,7 @@ impl LaunchConfig {
 
     /// Sets a raw launch attribute; setting an attribute kind again replaces its value. A
     /// configuration holds up to eight kinds: a launch with more is refused with
-    /// [`Error::InvalidArgument`], nothing is dropped silently.
+    /// [`Misuse::TooLarge`], nothing is dropped silently.
     pub fn attribute(mut self, attribute: CUlaunchAttribute) -> Self {
         let set = &mut self.attrs[..self.n_attrs];
         if let Some(a) = set.iter_mut().find(|a| a.id == attribute.id) {
@@ -187,8 +187,11 @@ impl LaunchConfig {
     #[inline]
     pub(crate) fn validate(&self, call: &'static str) -> Result<()> {
         if self.overflow {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 call,
+                Misuse::TooLarge {
+                    what: "launch attributes",
+                },
                 format!("more than {MAX_ATTRS} distinct launch attributes were set on the configuration"),
             ));
         }
@@ -238,9 +241,12 @@ mod tests {
             });
         }
         assert_eq!(c.attributes().len(), MAX_ATTRS);
-        assert!(matches!(
-            c.validate("cuLaunchKernelEx"),
-            Err(Error::InvalidArgument { .. })
-        ));
+        let e = c.validate("cuLaunchKernelEx").unwrap_err();
+        assert_eq!(
+            e.misuse_kind(),
+            Some(&Misuse::TooLarge {
+                what: "launch attributes"
+            })
+        );
     }
 }

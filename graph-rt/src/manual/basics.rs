@@ -57,10 +57,11 @@
 //! limit of 1024 threads per block`). A driver function missing from the installed driver is
 //! an error at that call naming the function and the driver version that has it; no driver at
 //! all is an error saying `libcuda.so.1` could not be loaded and why. Misuses graph-rt checks
-//! itself are errors too, before anything is sent to the driver and with nothing changed:
+//! itself are errors too, before the call does anything and with nothing changed:
 //! [`crate::Error::Misuse`], whose [`crate::Misuse`] says which (an argument layout that is not
 //! the kernel's, a slot or binding set of another table, a misaligned or too short buffer, an
-//! unbound slot, a capturing stream, copies of different lengths, …) for code to match on, and
+//! unbound slot, a capturing stream, copies of different lengths, a zero GEMM dimension, a
+//! Triton argument that breaks its specialization, …) for code to match on, and
 //! whose message says it in words with what to do.
 //!
 //! ```no_run

@@ -72,7 +72,7 @@ impl fmt::Display for PreludeReport {
 ///
 /// With the prelude on the device the graph has device-updatable kernel nodes, and CUDA then
 /// refuses a clone, a second exec while one exists, and whole-graph exec updates: graph-rt
-/// refuses them first with [`Error::InvalidArgument`] (and
+/// refuses them first with [`Misuse::ExecExists`] or [`Misuse::DeviceUpdatable`] (and
 /// [`UpdateFailureKind::DeviceUpdatable`](crate::UpdateFailureKind)); it uploads the exec
 /// before its first launch and after any host-side node update, as CUDA requires.
 pub struct Prelude {
@@ -113,8 +113,11 @@ impl Prelude {
         const CALL: &str = "Prelude::install";
         check_slots(table, discovery, dynamic, slots)?;
         if !discovery.unexplained.is_empty() && !options.allow_unexplained {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::Unexplained {
+                    count: discovery.unexplained.len(),
+                },
                 format!(
                     "the discovery left {} difference(s) unexplained (first: {:?}): rebinding would leave them as captured",
                     discovery.unexplained.len(),
@@ -128,8 +131,9 @@ impl Prelude {
             .load(std::sync::atomic::Ordering::Acquire)
             > 0
         {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::ExecExists,
                 "the graph already has an exec: install the prelude before instantiating",
             ));
         }
@@ -212,13 +216,15 @@ impl Prelude {
     ) -> Result<()> {
         const CALL: &str = "Prelude::launch";
         if exec.graph_id() != self.graph {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::OtherGraph,
                 "the exec is not of the graph the prelude was installed in",
             ));
         }
         if table.key() != self.table {
-            return Err(Error::invalid(CALL, "not the table the prelude reads"));
+            let reason = "not the table the prelude reads";
+            return Err(Error::misuse(CALL, Misuse::OtherTable, reason));
         }
         if exec.updates() > 0 {
             return Err(Error::misuse(
@@ -260,8 +266,12 @@ fn check_slots(
 ) -> Result<()> {
     const CALL: &str = "Prelude::install";
     if slots.len() != dynamic.len() {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::CountMismatch {
+                expected: dynamic.len(),
+                got: slots.len(),
+            },
             format!(
                 "{} slots for {} dynamic buffers",
                 slots.len(),
@@ -271,14 +281,16 @@ fn check_slots(
     }
     for (k, (s, d)) in slots.iter().zip(dynamic).enumerate() {
         if !table.owns(s) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::OtherTable,
                 format!("slot {k} is not a slot of the table"),
             ));
         }
         if s.min_bytes < d.len {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::SlotTooPermissive { slot: k },
                 format!(
                     "slot {k} accepts buffers of {} bytes, the captured buffer has {}: make it with ptr_slot_with(align, min_len)",
                     s.min_bytes, d.len
@@ -286,15 +298,17 @@ fn check_slots(
             ));
         }
         if s.align < 16 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::SlotTooPermissive { slot: k },
                 format!("slot {k} accepts addresses aligned to {} bytes; the captured kernels may assume 16", s.align),
             ));
         }
     }
     if let Some(p) = discovery.patches.iter().find(|p| p.buffer >= slots.len()) {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::DiscoveryMismatch,
             format!(
                 "a patch names dynamic buffer {} of {}",
                 p.buffer,
@@ -324,8 +338,9 @@ fn refresh_node(
         ));
     }
     if graph.handle.is_device_updatable() {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::DeviceUpdatable,
             "the graph already has a prelude installed",
         ));
     }
@@ -402,10 +417,10 @@ fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Funct
     let mut patches = t.discovery.patches.clone();
     patches.sort_by_key(|p| (p.node, p.offset));
     for p in &patches {
-        let snap = t
-            .first
-            .get(p.node)
-            .ok_or_else(|| Error::invalid(CALL, format!("no kernel node {}", p.node)))?;
+        let snap = t.first.get(p.node).ok_or_else(|| {
+            let reason = format!("no kernel node {} among the snapshots", p.node);
+            Error::misuse(CALL, Misuse::DiscoveryMismatch, reason)
+        })?;
         let dev = match patched.last() {
             Some((n, _, dev)) if *n == p.node => *dev,
             _ => {
@@ -419,8 +434,10 @@ fn install_device(graph: &mut Graph, table: &ArgTable, t: &Target<'_>, f: &Funct
             }
         };
         // Parameter buffers are at most 32 KiB (CUDA); `check_slots` checked `p.buffer`.
-        let offset = u32::try_from(p.offset)
-            .map_err(|_| Error::invalid(CALL, "a parameter offset beyond 4 GiB"))?;
+        let offset = u32::try_from(p.offset).map_err(|_| {
+            let reason = "a patch's parameter offset beyond 4 GiB";
+            Error::misuse(CALL, Misuse::DiscoveryMismatch, reason)
+        })?;
         words.extend(pack(dev, p.interior, offset, t.slots[p.buffer].index));
     }
     let buffer = DeviceBuffer::from_host(&graph.ctx, &words)?;

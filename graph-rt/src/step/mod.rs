@@ -353,8 +353,9 @@ where
             }
         };
         if !self.options.recapturable {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::NotRecapturable,
                 "the step keeps no handle on its buffers: make it with StepOptions::recapturable",
             ));
         }

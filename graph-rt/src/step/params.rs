@@ -163,8 +163,9 @@ impl StepParams {
             .checked_mul(std::mem::size_of::<T>())
             .filter(|&b| b > 0)
             .ok_or_else(|| {
-                Error::invalid(
+                Error::misuse(
                     "StepParams::buffer",
+                    Misuse::Zero { what: "min_len" },
                     "a declared buffer holds at least one element of a sized type, and fewer than 2^64 bytes",
                 )
             })?;

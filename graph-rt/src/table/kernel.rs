@@ -4,7 +4,7 @@
 use graph_rt_ptx::{KernelSignature, SlotKind};
 
 use crate::driver::{Context, Function, Module, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::{CaptureScope, CapturedNode};
 use crate::launch::{ArgSlot, KernelArgs, LaunchConfig, ScalarKind};
 
@@ -51,8 +51,9 @@ impl TableKernel {
         const CALL: &str = "TableKernel::new";
         let layout = function.param_layout()?;
         if layout.len() != params.len() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::SignatureMismatch,
                 format!(
                     "`{}` has {} parameters; the signature gives {}",
                     function.name(),
@@ -67,8 +68,9 @@ impl TableKernel {
                 TableParam::Pointer { .. } | TableParam::Scalar { .. } => 8,
             };
             if info.size != want {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     CALL,
+                    Misuse::SignatureMismatch,
                     format!(
                         "parameter {i} of `{}` has {} bytes; the signature says {want}",
                         function.name(),
@@ -84,8 +86,9 @@ impl TableKernel {
     /// ([`graph_rt_ptx::Rewritten::kernels`]).
     pub fn from_signature(function: Function, signature: &KernelSignature) -> Result<Self> {
         if signature.name != function.name() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "TableKernel::from_signature",
+                Misuse::SignatureMismatch,
                 format!(
                     "the signature is `{}`'s, the function `{}`",
                     signature.name,
@@ -118,16 +121,16 @@ impl TableKernel {
         name: &str,
         options: &graph_rt_ptx::Options,
     ) -> Result<Self> {
-        let rewritten = graph_rt_ptx::indirect(ptx.as_bytes(), options).map_err(|e| {
-            Error::invalid("TableKernel::load", format!("the PTX pass refused: {e}"))
-        })?;
+        let rewritten = graph_rt_ptx::indirect(ptx.as_bytes(), options)
+            .map_err(|e| Error::ptx("TableKernel::load", "the PTX pass refused", e))?;
         let signature = rewritten
             .kernels
             .iter()
             .find(|k| k.name == name)
             .ok_or_else(|| {
-                Error::invalid(
+                Error::misuse(
                     "TableKernel::load",
+                    Misuse::NoSuchKernel,
                     format!("no kernel `{name}` in the PTX"),
                 )
             })?;
@@ -171,14 +174,19 @@ impl TableKernel {
         });
         let name = self.function.name();
         if !described {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::UndescribedArguments,
                 "pass a tuple of arguments: this argument list cannot say which are slots",
             ));
         }
         if count != self.params.len() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::CountMismatch {
+                    expected: self.params.len(),
+                    got: count,
+                },
                 format!(
                     "`{name}` takes {} arguments; {count} given",
                     self.params.len(),
@@ -186,14 +194,16 @@ impl TableKernel {
             ));
         }
         if let Some((i, param, size, arg)) = bad {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::WrongArgument { index: i },
                 format!("argument {i} of `{name}`: the kernel takes {param:?}, given {arg:?} ({size} bytes)"),
             ));
         }
         if let Some(i) = other_table {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::OtherTable,
                 format!("argument {i} of `{name}` is a slot of another table than the arguments before it"),
             ));
         }

@@ -98,6 +98,7 @@ impl ArgTable {
                     ));
                 }
                 if start.elapsed() > std::time::Duration::from_secs(60) {
+                    // Not a misuse: the device stopped answering (a hung kernel, a lost GPU).
                     return Err(Error::invalid(
                         "ArgTable::launch",
                         "no acknowledgement from the device for 60 s",

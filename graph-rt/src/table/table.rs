@@ -195,21 +195,28 @@ impl ArgTable {
     /// `ctx`. Loads the shipped `table_refresh` kernel.
     pub fn new(ctx: &Context, options: TableOptions) -> Result<Self> {
         const CALL: &str = "ArgTable::new";
-        if options.capacity == 0 || options.capacity > (u32::MAX - 7) as usize || options.depth == 0
-        {
-            return Err(Error::invalid(
-                CALL,
-                "capacity and depth must be at least 1 (capacity below 2^32 - 7)",
-            ));
+        let range = "capacity and depth must be at least 1 (capacity below 2^32 - 7)";
+        if options.capacity == 0 || options.depth == 0 {
+            let what = if options.capacity == 0 {
+                "capacity"
+            } else {
+                "depth"
+            };
+            return Err(Error::misuse(CALL, Misuse::Zero { what }, range));
+        }
+        if options.capacity > (u32::MAX - 7) as usize {
+            let too_large = Misuse::TooLarge { what: "capacity" };
+            return Err(Error::misuse(CALL, too_large, range));
         }
         // Mirrors and the device table in whole 64-byte blocks: a mirror is written a block at a
         // time, each block one cache line.
         let padded = padded(options.capacity);
         let refresh =
             Module::from_ptx(ctx, graph_rt_kernels::TABLE.ptx)?.function("table_refresh")?;
-        let mirror_words = padded
-            .checked_mul(options.depth)
-            .ok_or_else(|| Error::invalid(CALL, "capacity × depth overflows"))?;
+        let mirror_words = padded.checked_mul(options.depth).ok_or_else(|| {
+            let too_large = Misuse::TooLarge { what: "depth" };
+            Error::misuse(CALL, too_large, "capacity × depth overflows")
+        })?;
         let shared = Shared {
             table: DeviceBuffer::zeroed(ctx, padded)?,
             seq: DeviceBuffer::zeroed(ctx, 2)?,
@@ -265,8 +272,9 @@ impl ArgTable {
     /// of two, at least `T`'s alignment) and buffers of at least `min_len` elements.
     pub fn ptr_slot_with<T: Pod>(&mut self, align: usize, min_len: usize) -> Result<PtrSlot<T>> {
         if !align.is_power_of_two() || align < std::mem::align_of::<T>() || align > 1 << 31 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "ArgTable::ptr_slot",
+                Misuse::NotPowerOfTwo { align },
                 format!(
                     "alignment {align} is not a power of two of at least the element's alignment"
                 ),
@@ -294,14 +302,18 @@ impl ArgTable {
     /// kernels compiled on that assumption (Triton specializes integers divisible by 16).
     pub fn scalar_slot_with<T: SlotScalar>(&mut self, multiple_of: u32) -> Result<ScalarSlot<T>> {
         if !multiple_of.is_power_of_two() {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "ArgTable::scalar_slot",
+                Misuse::NotPowerOfTwo {
+                    align: multiple_of as usize,
+                },
                 format!("{multiple_of} is not a power of two"),
             ));
         }
         if std::mem::size_of::<T>() > 8 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "ArgTable::scalar_slot",
+                Misuse::TooLarge { what: "scalar" },
                 format!(
                     "a scalar slot holds 8 bytes; the type has {}",
                     std::mem::size_of::<T>()

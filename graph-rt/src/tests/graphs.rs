@@ -520,18 +520,15 @@ fn failed_capture_into_keeps_the_callers_graph_and_foreign_nodes_are_refused() {
         })
         .unwrap_err();
     assert_eq!(e.call(), Some("cuMemAllocAsync"), "{e}");
+    assert_eq!(e.misuse_kind(), Some(&Misuse::Capturing), "{e}");
     // A node of another graph, live or dropped, is refused rather than handed to the driver.
     let other = capture_chain(&stream, &f, &bufs).unwrap();
     let foreign = other.nodes().unwrap()[0];
-    assert!(matches!(
-        graph.add_empty(&[foreign]),
-        Err(Error::InvalidArgument { .. })
-    ));
+    let e = graph.add_empty(&[foreign]).unwrap_err();
+    assert_eq!(e.misuse_kind(), Some(&Misuse::OtherGraph), "{e}");
     drop(other);
-    assert!(matches!(
-        graph.node_kind(foreign),
-        Err(Error::InvalidArgument { .. })
-    ));
+    let e = graph.node_kind(foreign).unwrap_err();
+    assert_eq!(e.misuse_kind(), Some(&Misuse::OtherGraph), "{e}");
     // CaptureScope::record makes an event-record node.
     let ev = Event::new(&ctx, EventFlags::DisableTiming).unwrap();
     let g = stream

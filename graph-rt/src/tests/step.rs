@@ -489,5 +489,8 @@ fn a_recapturable_step_captures_again_when_its_work_changes() {
         unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32)) }
     })
     .unwrap();
-    assert!(plain.recapture().is_err());
+    let e = plain
+        .recapture()
+        .expect_err("recaptured without the option");
+    assert_eq!(e.misuse_kind(), Some(&Misuse::NotRecapturable), "{e}");
 }

@@ -9,7 +9,7 @@ use super::chain::N;
 use super::{capturing_ctx, function, random_f32};
 use crate::table::{PtrSlot, ScalarSlot, TableKernel, TableParam};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, ScalarKind, Stream,
+    ArgTable, CaptureMode, Context, DeviceBuffer, LaunchConfig, Misuse, ScalarKind, Stream,
     TableOptions,
 };
 
@@ -247,58 +247,69 @@ fn table_kernel_launches_are_checked_against_the_signature() {
     let float_n: ScalarSlot<f32> = table.scalar_slot().unwrap();
     let buf = DeviceBuffer::<f32>::alloc(&ctx, N).unwrap();
     let c = config(false);
-    let invalid = |r: crate::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    let misuse = |r: crate::Result<()>| r.err().and_then(|e| e.misuse_kind().cloned());
+    let wrong = |index| Some(Misuse::WrongArgument { index });
     // SAFETY: every call below is refused before anything is launched.
     unsafe {
         // A buffer where the kernel reads a slot; a value where it reads a scalar slot.
-        assert!(invalid(axpy.launch(
-            &stream,
-            &c,
-            (&s.alpha, &buf, &s.y, &s.n)
-        )));
-        assert!(invalid(axpy.launch(
-            &stream,
-            &c,
-            (2.0f32, &s.t, &s.y, &s.n)
-        )));
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&s.alpha, &buf, &s.y, &s.n))),
+            wrong(1)
+        );
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (2.0f32, &s.t, &s.y, &s.n))),
+            wrong(0)
+        );
         // A pointer slot where a scalar slot is read, a scalar of the wrong size.
-        assert!(invalid(axpy.launch(&stream, &c, (&s.x, &s.t, &s.y, &s.n))));
-        assert!(invalid(axpy.launch(&stream, &c, (&wide, &s.t, &s.y, &s.n))));
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&s.x, &s.t, &s.y, &s.n))),
+            wrong(0)
+        );
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&wide, &s.t, &s.y, &s.n))),
+            wrong(0)
+        );
         // Scalars of the right size but the wrong kind: an integer where the kernel reads a
         // float, a float where it reads an integer.
-        assert!(invalid(axpy.launch(
-            &stream,
-            &c,
-            (&integer_alpha, &s.t, &s.y, &s.n)
-        )));
-        assert!(invalid(axpy.launch(
-            &stream,
-            &c,
-            (&s.alpha, &s.t, &s.y, &float_n)
-        )));
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&integer_alpha, &s.t, &s.y, &s.n))),
+            wrong(0)
+        );
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&s.alpha, &s.t, &s.y, &float_n))),
+            wrong(3)
+        );
         // A slot declaring less alignment than the kernel was compiled for; another table's.
-        assert!(invalid(axpy.launch(
-            &stream,
-            &c,
-            (&s.alpha, &loose, &s.y, &s.n)
-        )));
-        assert!(invalid(axpy.launch(
-            &stream,
-            &c,
-            (&s.alpha, &foreign, &s.y, &s.n)
-        )));
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&s.alpha, &loose, &s.y, &s.n))),
+            wrong(1)
+        );
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&s.alpha, &foreign, &s.y, &s.n))),
+            Some(Misuse::OtherTable)
+        );
         // Too few arguments.
-        assert!(invalid(axpy.launch(&stream, &c, (&s.alpha, &s.t, &s.y))));
+        assert_eq!(
+            misuse(axpy.launch(&stream, &c, (&s.alpha, &s.t, &s.y))),
+            Some(Misuse::CountMismatch {
+                expected: 4,
+                got: 3
+            })
+        );
     }
     // A signature that does not fit the kernel's parameter layout.
     let f = function(&ctx, &graph_rt_kernels::AXPY_TABLE, "axpy_f32");
-    assert!(matches!(
-        TableKernel::new(f.clone(), vec![TableParam::Value { size: 4 }; 3]),
-        Err(Error::InvalidArgument { .. })
-    ));
-    assert!(matches!(
-        TableKernel::new(f, vec![TableParam::Value { size: 4 }; 4]),
-        Err(Error::InvalidArgument { .. })
-    ));
+    let signature = |r: crate::Result<TableKernel>| r.err().and_then(|e| e.misuse_kind().cloned());
+    assert_eq!(
+        signature(TableKernel::new(
+            f.clone(),
+            vec![TableParam::Value { size: 4 }; 3]
+        )),
+        Some(Misuse::SignatureMismatch)
+    );
+    assert_eq!(
+        signature(TableKernel::new(f, vec![TableParam::Value { size: 4 }; 4])),
+        Some(Misuse::SignatureMismatch)
+    );
     stream.synchronize().unwrap();
 }

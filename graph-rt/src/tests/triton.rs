@@ -10,8 +10,7 @@ use super::capturing_ctx;
 use crate::table::PtrSlot;
 use crate::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
 use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Error, Event, EventFlags, Misuse, Stream,
-    TableOptions,
+    ArgTable, CaptureMode, Context, DeviceBuffer, Event, EventFlags, Misuse, Stream, TableOptions,
 };
 
 macro_rules! triton_fixtures_dir {
@@ -238,20 +237,27 @@ fn triton_specialization_breaks_are_typed_errors() {
         .map(|_| DeviceBuffer::zeroed(&ctx, 4100).unwrap())
         .collect();
     let shifted = bufs[0].slice(1..4097).unwrap();
-    let invalid = |r: crate::Result<()>| matches!(r, Err(Error::InvalidArgument { .. }));
+    let misuse = |r: crate::Result<()>| r.err().and_then(|e| e.misuse_kind().cloned());
+    let breaks = |index| Some(Misuse::Specialization { index });
     let b = |i: usize| TritonArg::buffer(&bufs[i]);
     // SAFETY: refused before launching, or launched on 4100-float buffers with n ≤ 4096.
     unsafe {
-        assert!(invalid(kernel.launch(
-            &stream,
-            [4, 1, 1],
-            &[TritonArg::view(&shifted), b(1), b(2), TritonArg::i32(4096)]
-        )));
-        assert!(invalid(kernel.launch(
-            &stream,
-            [5, 1, 1],
-            &[b(0), b(1), b(2), TritonArg::i32(4100)]
-        )));
+        assert_eq!(
+            misuse(kernel.launch(
+                &stream,
+                [4, 1, 1],
+                &[TritonArg::view(&shifted), b(1), b(2), TritonArg::i32(4096)]
+            )),
+            breaks(0)
+        );
+        assert_eq!(
+            misuse(kernel.launch(
+                &stream,
+                [5, 1, 1],
+                &[b(0), b(1), b(2), TritonArg::i32(4100)]
+            )),
+            breaks(3)
+        );
         kernel
             .launch(
                 &stream,
@@ -274,26 +280,36 @@ fn triton_specialization_breaks_are_typed_errors() {
     let s = |i: usize| TritonArg::ptr_slot(&p[i]);
     // SAFETY: every call is refused before launching.
     unsafe {
-        assert!(invalid(table_kernel.launch(
-            &stream,
-            [4, 1, 1],
-            &[
-                TritonArg::ptr_slot(&loose),
-                s(1),
-                s(2),
-                TritonArg::scalar_slot(&n16)
-            ]
-        )));
-        assert!(invalid(table_kernel.launch(
-            &stream,
-            [4, 1, 1],
-            &[s(0), s(1), s(2), TritonArg::scalar_slot(&any_n)]
-        )));
-        assert!(invalid(table_kernel.launch(
-            &stream,
-            [4, 1, 1],
-            &[s(0), s(1), s(2), TritonArg::i32(4096)]
-        )));
+        assert_eq!(
+            misuse(table_kernel.launch(
+                &stream,
+                [4, 1, 1],
+                &[
+                    TritonArg::ptr_slot(&loose),
+                    s(1),
+                    s(2),
+                    TritonArg::scalar_slot(&n16)
+                ]
+            )),
+            breaks(0)
+        );
+        assert_eq!(
+            misuse(table_kernel.launch(
+                &stream,
+                [4, 1, 1],
+                &[s(0), s(1), s(2), TritonArg::scalar_slot(&any_n)]
+            )),
+            breaks(3)
+        );
+        // A value where the table form reads a slot.
+        assert_eq!(
+            misuse(table_kernel.launch(
+                &stream,
+                [4, 1, 1],
+                &[s(0), s(1), s(2), TritonArg::i32(4096)]
+            )),
+            Some(Misuse::WrongArgument { index: 3 })
+        );
     }
     assert_eq!(
         table

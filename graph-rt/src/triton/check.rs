@@ -3,7 +3,7 @@
 
 use super::arg::{ArgKind, TritonArg};
 use super::kernel::TritonParam;
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::launch::{ArgSlot, ScalarKind};
 
 /// Checks each argument against its parameter: kind, size, float or integer, slot or not, and
@@ -13,25 +13,33 @@ use crate::launch::{ArgSlot, ScalarKind};
 pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Result<()> {
     const CALL: &str = "TritonKernel::launch";
     if args.len() != params.len() {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             CALL,
+            Misuse::CountMismatch {
+                expected: params.len(),
+                got: args.len(),
+            },
             format!("{} arguments for {} parameters", args.len(), params.len()),
         ));
     }
     let mut table = None;
     for (i, (p, a)) in params.iter().zip(args).enumerate() {
-        let fail = |why: String| {
-            Err(Error::invalid(
+        // `misuse` of argument `i`, `why` in words.
+        let misuse = |kind: Misuse, why: String| -> Result<()> {
+            Err(Error::misuse(
                 CALL,
+                kind,
                 format!("argument {i} (`{}`): {why}", p.name),
             ))
         };
+        let fail = |why: String| misuse(Misuse::WrongArgument { index: i }, why);
+        let breaks = |why: String| misuse(Misuse::Specialization { index: i }, why);
         match (&a.kind, p.slot) {
             (ArgKind::Slot { slot, .. }, true) => {
                 let (t, ok) = match *slot {
                     ArgSlot::Pointer { table, align } if p.pointer => {
                         if p.divisible_16 && align < 16 {
-                            return fail(format!("the kernel was compiled for 16-byte-aligned pointers; the slot declares {align}-byte alignment"));
+                            return breaks(format!("the kernel was compiled for 16-byte-aligned pointers; the slot declares {align}-byte alignment"));
                         }
                         (table, true)
                     }
@@ -48,7 +56,7 @@ pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Resu
                             ));
                         }
                         if p.divisible_16 && !p.float && multiple_of < 16 {
-                            return fail("the kernel was compiled for multiples of 16; the slot takes any value (ArgTable::scalar_slot_with(16))".into());
+                            return breaks("the kernel was compiled for multiples of 16; the slot takes any value (ArgTable::scalar_slot_with(16))".into());
                         }
                         (table, true)
                     }
@@ -58,7 +66,8 @@ pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Resu
                     return fail(format!("takes a {} slot, given {a:?}", kind_of(p)));
                 }
                 if *table.get_or_insert(t) != t {
-                    return fail("a slot of another table than the slots before it".into());
+                    let why = "a slot of another table than the slots before it";
+                    return misuse(Misuse::OtherTable, why.into());
                 }
             }
             (_, true) => return fail(format!("the table form takes a slot here, given {a:?}")),
@@ -67,7 +76,7 @@ pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Resu
             }
             (ArgKind::Pointer { addr, .. }, false) if p.pointer => {
                 if p.divisible_16 && addr % 16 != 0 {
-                    return fail(format!(
+                    return breaks(format!(
                         "{addr:#x} is not 16-byte aligned, as the kernel was compiled for"
                     ));
                 }
@@ -76,7 +85,7 @@ pub(super) fn check_args(params: &[TritonParam], args: &[TritonArg<'_>]) -> Resu
                 if !p.pointer && *size == p.size && *float == p.float =>
             {
                 if p.divisible_16 && !p.float && bits % 16 != 0 {
-                    return fail(format!(
+                    return breaks(format!(
                         "the kernel was compiled for a multiple of 16; given {}",
                         signed(*bits, *size)
                     ));

@@ -2,7 +2,6 @@
 //! launches it, in its original form or in table form (made by the PTX pass).
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::Arc;
 
 use graph_rt_sys::{
@@ -12,57 +11,12 @@ use parking_lot::Mutex;
 
 use super::arg::{ArgKind, TritonArg};
 use super::check::check_args;
+use super::files::TritonFiles;
 use super::meta::{ttir_args, TritonMetadata};
 use crate::driver::{Context, DeviceBuffer, Function, Module, Stream};
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 use crate::graph::{CaptureScope, CapturedNode};
 use crate::launch::{KernelArgList, LaunchConfig};
-
-/// The files of one kernel in Triton's cache (`<cache>/<hash>/<kernel>.{json,ptx,cubin,ttir}`).
-#[derive(Debug, Clone, Default)]
-pub struct TritonFiles {
-    /// The metadata JSON.
-    pub metadata: String,
-    /// The PTX (needed for table forms, and where no cubin loads).
-    pub ptx: Option<String>,
-    /// The cubin Triton built.
-    pub cubin: Option<Vec<u8>>,
-    /// The TTIR: argument names and the specialization Triton compiled for.
-    pub ttir: Option<String>,
-}
-
-impl TritonFiles {
-    /// Reads `<dir>/<kernel>.json` and whichever of `.ptx`, `.cubin`, `.ttir` exist.
-    pub fn read(dir: &Path, kernel: &str) -> Result<Self> {
-        const CALL: &str = "TritonFiles::read";
-        let path = |ext: &str| dir.join(format!("{kernel}.{ext}"));
-        let io = |p: &Path, e: std::io::Error| {
-            Error::invalid(CALL, format!("cannot read {}: {e}", p.display()))
-        };
-        let optional = |ext: &str| -> Result<Option<Vec<u8>>> {
-            let p = path(ext);
-            match std::fs::read(&p) {
-                Ok(b) => Ok(Some(b)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(io(&p, e)),
-            }
-        };
-        let text = |b: Option<Vec<u8>>, ext: &str| -> Result<Option<String>> {
-            b.map(|b| {
-                String::from_utf8(b)
-                    .map_err(|_| Error::invalid(CALL, format!("{kernel}.{ext} is not UTF-8")))
-            })
-            .transpose()
-        };
-        let json = path("json");
-        Ok(Self {
-            metadata: std::fs::read_to_string(&json).map_err(|e| io(&json, e))?,
-            ptx: text(optional("ptx")?, "ptx")?,
-            cubin: optional("cubin")?,
-            ttir: text(optional("ttir")?, "ttir")?,
-        })
-    }
-}
 
 /// Which form of the kernel to load.
 #[derive(Debug, Clone)]
@@ -165,19 +119,17 @@ impl TritonKernel {
             .as_deref()
             .map(|t| ttir_args(t, &name))
             .transpose()?;
+        let no_kernel = || {
+            let reason = format!("the PTX has no kernel `{name}`");
+            Error::misuse(CALL, Misuse::NoSuchKernel, reason)
+        };
         // The PTX parameters (types), where there is PTX.
         let ptx_params = match &files.ptx {
             Some(ptx) => {
                 let info = graph_rt_ptx::inspect(ptx.as_bytes())
-                    .map_err(|e| Error::invalid(CALL, format!("the PTX does not parse: {e}")))?;
-                let k = info
-                    .kernels
-                    .into_iter()
-                    .find(|k| k.name == name)
-                    .ok_or_else(|| {
-                        Error::invalid(CALL, format!("the PTX has no kernel `{name}`"))
-                    })?;
-                Some(k.params)
+                    .map_err(|e| Error::ptx(CALL, "the PTX does not parse", e))?;
+                let k = info.kernels.into_iter().find(|k| k.name == name);
+                Some(k.ok_or_else(no_kernel)?.params)
             }
             None => None,
         };
@@ -188,17 +140,13 @@ impl TritonKernel {
             }
             TritonForm::Table(options) => {
                 let ptx = files.ptx.as_deref().ok_or_else(|| {
-                    Error::invalid(CALL, "a table form is made from the PTX: none given")
+                    let reason = "a table form is made from the PTX: none given";
+                    Error::misuse(CALL, Misuse::MissingInput, reason)
                 })?;
                 let made = graph_rt_ptx::indirect(ptx.as_bytes(), options)
-                    .map_err(|e| Error::invalid(CALL, format!("the PTX pass refused: {e}")))?;
-                let sig = made
-                    .kernels
-                    .iter()
-                    .find(|k| k.name == name)
-                    .ok_or_else(|| {
-                        Error::invalid(CALL, format!("the PTX has no kernel `{name}`"))
-                    })?;
+                    .map_err(|e| Error::ptx(CALL, "the PTX pass refused", e))?;
+                let sig = made.kernels.iter().find(|k| k.name == name);
+                let sig = sig.ok_or_else(no_kernel)?;
                 let slots: Vec<bool> = sig.params.iter().map(|p| p.slot.is_some()).collect();
                 let f = Module::from_ptx(ctx, &made.ptx)?.function(&name)?;
                 (f, false, slots, options.pdl)
@@ -207,8 +155,9 @@ impl TritonKernel {
         let layout = function.param_layout()?.to_vec();
         if let Some(p) = &ptx_params {
             if p.len() != layout.len() {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     CALL,
+                    Misuse::MismatchedFiles,
                     format!(
                         "the PTX declares {} parameters, the loaded kernel has {}: PTX and cubin of different builds?",
                         p.len(),
@@ -219,18 +168,21 @@ impl TritonKernel {
         }
         let scratch = meta.scratch_params;
         let runtime = layout.len().checked_sub(scratch).ok_or_else(|| {
-            Error::invalid(CALL, "fewer parameters than Triton's scratch pointers")
+            let reason = "fewer parameters than Triton's scratch pointers";
+            Error::misuse(CALL, Misuse::MismatchedFiles, reason)
         })?;
-        if slots[runtime.min(slots.len())..].iter().any(|&s| s) {
-            return Err(Error::invalid(
+        if let Some(k) = slots.iter().skip(runtime).position(|&s| s) {
+            return Err(Error::misuse(
                 CALL,
+                Misuse::WrongArgument { index: runtime + k },
                 "the table form made a scratch pointer a slot: Triton's launcher passes them",
             ));
         }
         if let Some(t) = &ttir {
             if t.len() != runtime {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     CALL,
+                    Misuse::MismatchedFiles,
                     format!(
                         "the TTIR declares {} arguments, the kernel has {runtime} besides {scratch} scratch pointers",
                         t.len()
@@ -240,22 +192,28 @@ impl TritonKernel {
         }
         let divisible: Vec<bool> = match (given, &ttir) {
             (Some(g), _) if g.len() != runtime => {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     CALL,
+                    Misuse::CountMismatch {
+                        expected: runtime,
+                        got: g.len(),
+                    },
                     format!("{} divisibility flags for {runtime} parameters", g.len()),
                 ))
             }
             (Some(g), Some(t)) if t.iter().zip(g).any(|(a, &b)| a.divisible_16 != b) => {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     CALL,
+                    Misuse::MismatchedFiles,
                     "the given specialization differs from the TTIR's",
                 ))
             }
             (Some(g), _) => g.to_vec(),
             (None, Some(t)) => t.iter().map(|a| a.divisible_16).collect(),
             (None, None) => {
-                return Err(Error::invalid(
+                return Err(Error::misuse(
                     CALL,
+                    Misuse::MissingInput,
                     "the specialization is unknown: give the TTIR, or load_with the divisibility Triton compiled for",
                 ))
             }
@@ -271,8 +229,9 @@ impl TritonKernel {
                 ),
                 (None, Some(p)) => (p[i].ptr.is_some(), p[i].ty.is_float()),
                 (None, None) => {
-                    return Err(Error::invalid(
+                    return Err(Error::misuse(
                         CALL,
+                        Misuse::MissingInput,
                         "the parameters' kinds are unknown: give the PTX or the TTIR",
                     ))
                 }
@@ -292,8 +251,9 @@ impl TritonKernel {
             });
         }
         if meta.global_scratch_align > 256 || meta.profile_scratch_align > 256 {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 CALL,
+                Misuse::TooLarge { what: "alignment" },
                 "scratch alignment above 256 bytes (device allocations give 256)",
             ));
         }
@@ -346,7 +306,12 @@ impl TritonKernel {
         let mut dims = [0u32; 3];
         for (d, (g, c)) in dims.iter_mut().zip(grid.iter().zip(ctas)) {
             *d = g.checked_mul(c).ok_or_else(|| {
-                Error::invalid("TritonKernel::launch", "grid × CTAs per program overflows")
+                let too_large = Misuse::TooLarge { what: "grid" };
+                Error::misuse(
+                    "TritonKernel::launch",
+                    too_large,
+                    "grid × CTAs per program overflows",
+                )
             })?;
         }
         let mut cfg =
@@ -436,8 +401,9 @@ impl TritonKernel {
                 .get_mut(&programs)
                 .and_then(Vec::pop)
                 .ok_or_else(|| {
-                    Error::invalid(
+                    Error::misuse(
                         "TritonKernel::record",
+                        Misuse::Capturing,
                         format!("the kernel needs scratch memory for {programs} programs: reserve_scratch(ctx, grid, nodes) before capturing (one per recorded node)"),
                     )
                 });
@@ -461,7 +427,10 @@ impl TritonKernel {
                 .checked_mul(ctas)
                 .and_then(|n| n.checked_mul(size))
                 .and_then(|n| usize::try_from(n).ok())
-                .ok_or_else(|| Error::invalid("TritonKernel::launch", "scratch size overflows"))?;
+                .ok_or_else(|| {
+                    let too_large = Misuse::TooLarge { what: "scratch" };
+                    Error::misuse("TritonKernel::launch", too_large, "scratch size overflows")
+                })?;
             DeviceBuffer::zeroed(ctx, bytes).map(Some)
         };
         Ok(Scratch {
@@ -554,8 +523,9 @@ impl TritonKernel {
         args: &[TritonArg<'_>],
     ) -> Result<CapturedNode> {
         if grid.contains(&0) {
-            return Err(Error::invalid(
+            return Err(Error::misuse(
                 "TritonKernel::record",
+                Misuse::Empty,
                 "a grid of no program records no node",
             ));
         }
@@ -579,10 +549,10 @@ fn load_original(ctx: &Context, files: &TritonFiles, name: &str) -> Result<(Func
             Err(_) => {}
         }
     }
-    let ptx = files
-        .ptx
-        .as_deref()
-        .ok_or_else(|| Error::invalid("TritonKernel::load", "neither a cubin nor PTX was given"))?;
+    let ptx = files.ptx.as_deref().ok_or_else(|| {
+        let reason = "neither a cubin nor PTX was given";
+        Error::misuse("TritonKernel::load", Misuse::MissingInput, reason)
+    })?;
     Ok((Module::from_ptx(ctx, ptx)?.function(name)?, false))
 }
 
@@ -597,8 +567,9 @@ fn opt_in_shared(ctx: &Context, f: &Function, shared: u32) -> Result<()> {
         .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?;
     let static_bytes = f.static_shared_bytes()?;
     if shared as i64 > optin as i64 - static_bytes as i64 {
-        return Err(Error::invalid(
+        return Err(Error::misuse(
             "TritonKernel::load",
+            Misuse::DeviceUnsupported,
             format!("{shared} bytes of shared memory; this device allows {optin} a block"),
         ));
     }

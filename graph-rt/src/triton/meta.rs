@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Misuse, Result};
 
 /// The launch-relevant fields of a Triton cache entry's metadata JSON (`<kernel>.json`), as
 /// Triton 3.3–3.6 write them.
@@ -45,13 +45,13 @@ impl TritonMetadata {
     /// an error naming the field.
     pub fn from_json(text: &str) -> Result<Self> {
         const CALL: &str = "TritonMetadata::from_json";
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| Error::invalid(CALL, format!("not JSON: {e}")))?;
+        let malformed = |reason: String| Error::misuse(CALL, Misuse::Malformed, reason);
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| malformed(format!("not JSON: {e}")))?;
         let obj = v
             .as_object()
-            .ok_or_else(|| Error::invalid(CALL, "not a JSON object"))?;
-        let bad =
-            |field: &str, what: &str| Error::invalid(CALL, format!("field `{field}`: {what}"));
+            .ok_or_else(|| malformed("not a JSON object".into()))?;
+        let bad = |field: &str, what: &str| malformed(format!("field `{field}`: {what}"));
         let uint = |field: &str, default: Option<u64>| -> Result<u64> {
             match obj.get(field) {
                 None | Some(Value::Null) => default.ok_or_else(|| bad(field, "missing")),
@@ -163,7 +163,11 @@ pub fn ttir_args(ttir: &str, name: &str) -> Result<Vec<TtirArg>> {
     let start = ttir
         .lines()
         .find(|l| l.trim_start().starts_with("tt.func") && l.contains(&head))
-        .ok_or_else(|| Error::invalid(CALL, format!("no `tt.func @{name}` in the TTIR")))?;
+        .ok_or_else(|| {
+            let reason = format!("no `tt.func @{name}` in the TTIR");
+            Error::misuse(CALL, Misuse::NoSuchKernel, reason)
+        })?;
+    let malformed = |reason: String| Error::misuse(CALL, Misuse::Malformed, reason);
     let open = start.find(&head).unwrap_or(0) + head.len();
     // The argument list: up to the parenthesis that closes the one after the name.
     let mut depth = 1usize;
@@ -181,7 +185,7 @@ pub fn ttir_args(ttir: &str, name: &str) -> Result<Vec<TtirArg>> {
             _ => {}
         }
     }
-    let list = &start[open..end.ok_or_else(|| Error::invalid(CALL, "unbalanced signature"))?];
+    let list = &start[open..end.ok_or_else(|| malformed("unbalanced signature".into()))?];
     let mut args = Vec::new();
     for part in split_top(list) {
         let part = part.trim();
@@ -190,10 +194,10 @@ pub fn ttir_args(ttir: &str, name: &str) -> Result<Vec<TtirArg>> {
         }
         let rest = part
             .strip_prefix('%')
-            .ok_or_else(|| Error::invalid(CALL, format!("argument `{part}` has no %name")))?;
+            .ok_or_else(|| malformed(format!("argument `{part}` has no %name")))?;
         let (arg_name, rest) = rest
             .split_once(':')
-            .ok_or_else(|| Error::invalid(CALL, format!("argument `{part}` has no type")))?;
+            .ok_or_else(|| malformed(format!("argument `{part}` has no type")))?;
         let rest = rest.trim();
         // The type runs to the attribute dictionary or the location, whichever comes first.
         let ty_end = [rest.find(" {"), rest.find(" loc(")]
@@ -257,8 +261,19 @@ mod tests {
                 ("flip", "i1", false)
             ]
         );
-        assert!(ttir_args(TTIR, "other").is_err());
-        assert!(ttir_args("tt.func public @k(%a: i32", "k").is_err());
+        let misuse = |r: Result<Vec<TtirArg>>| r.err().and_then(|e| e.misuse_kind().cloned());
+        assert_eq!(misuse(ttir_args(TTIR, "other")), Some(Misuse::NoSuchKernel));
+        for cut in [
+            "tt.func public @k(%a: i32",
+            "tt.func public @k(a: i32) {",
+            "tt.func public @k(%a i32) {",
+        ] {
+            assert_eq!(
+                misuse(ttir_args(cut, "k")),
+                Some(Misuse::Malformed),
+                "{cut}"
+            );
+        }
     }
 
     /// Mutated signatures and metadata (bytes replaced, dropped, duplicated, cut) give an answer
@@ -354,7 +369,8 @@ mod tests {
             r#"{"name":"k","num_warps":4,"num_ctas":32}"#,
             "not json",
         ] {
-            assert!(TritonMetadata::from_json(bad).is_err(), "{bad}");
+            let e = TritonMetadata::from_json(bad).unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::Malformed), "{bad}: {e}");
         }
     }
 }

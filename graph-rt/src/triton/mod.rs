@@ -8,11 +8,13 @@
 
 mod arg;
 mod check;
+mod files;
 mod kernel;
 mod meta;
 
 pub use arg::TritonArg;
-pub use kernel::{TritonFiles, TritonForm, TritonKernel, TritonParam};
+pub use files::TritonFiles;
+pub use kernel::{TritonForm, TritonKernel, TritonParam};
 pub use meta::{ttir_args, TritonMetadata, TtirArg};
 
 #[cfg(test)]

@@ -3,6 +3,12 @@
 use super::arg::TritonArg;
 use super::check::check_args;
 use super::kernel::TritonParam;
+use crate::error::Misuse;
+
+/// The misuse `r` failed with (none: it did not fail, or not with a misuse).
+fn misuse<T>(r: crate::Result<T>) -> Option<Misuse> {
+    r.err().and_then(|e| e.misuse_kind().cloned())
+}
 
 fn param(name: &str, pointer: bool, size: usize, float: bool, div16: bool) -> TritonParam {
     TritonParam {
@@ -39,50 +45,65 @@ fn arguments_are_checked_against_kind_size_and_specialization() {
     ok(0x1000, 4096).unwrap();
     ok(0x1000, -32).unwrap();
     // A misaligned pointer, and an integer that breaks the divisibility Triton compiled for.
-    let e = ok(0x1004, 4096).unwrap_err().to_string();
-    assert!(
-        e.contains("not 16-byte aligned") && e.contains("x_ptr"),
-        "{e}"
-    );
-    let e = ok(0x1000, 4100).unwrap_err().to_string();
-    assert!(e.contains("multiple of 16") && e.contains("4100"), "{e}");
-    // Wrong kinds and sizes, too few arguments.
+    let breaks = |index| Some(Misuse::Specialization { index });
+    assert_eq!(misuse(ok(0x1004, 4096)), breaks(0));
+    assert_eq!(misuse(ok(0x1000, 4100)), breaks(2));
+    // Wrong kinds and sizes (of the argument at `index`), too few arguments.
     // SAFETY: never launched.
     let p = || unsafe { TritonArg::raw_pointer(0x1000) };
-    for bad in [
-        vec![
-            p(),
-            TritonArg::i32(1),
-            TritonArg::i32(16),
-            TritonArg::bool(true),
-        ],
-        vec![
-            p(),
-            TritonArg::f64(0.5),
-            TritonArg::i32(16),
-            TritonArg::bool(true),
-        ],
-        vec![
-            p(),
-            TritonArg::f32(0.5),
-            TritonArg::i64(16),
-            TritonArg::bool(true),
-        ],
-        vec![
-            TritonArg::u64(0x1000),
-            TritonArg::f32(0.5),
-            TritonArg::i32(16),
-            TritonArg::bool(true),
-        ],
-        vec![p(), TritonArg::f32(0.5), TritonArg::i32(16)],
+    let wrong = |index| Some(Misuse::WrongArgument { index });
+    for (bad, want) in [
+        (
+            vec![
+                p(),
+                TritonArg::i32(1),
+                TritonArg::i32(16),
+                TritonArg::bool(true),
+            ],
+            wrong(1),
+        ),
+        (
+            vec![
+                p(),
+                TritonArg::f64(0.5),
+                TritonArg::i32(16),
+                TritonArg::bool(true),
+            ],
+            wrong(1),
+        ),
+        (
+            vec![
+                p(),
+                TritonArg::f32(0.5),
+                TritonArg::i64(16),
+                TritonArg::bool(true),
+            ],
+            wrong(2),
+        ),
+        (
+            vec![
+                TritonArg::u64(0x1000),
+                TritonArg::f32(0.5),
+                TritonArg::i32(16),
+                TritonArg::bool(true),
+            ],
+            wrong(0),
+        ),
+        (
+            vec![p(), TritonArg::f32(0.5), TritonArg::i32(16)],
+            Some(Misuse::CountMismatch {
+                expected: 4,
+                got: 3,
+            }),
+        ),
     ] {
-        assert!(check_args(&params, &bad).is_err(), "{bad:?}");
+        assert_eq!(misuse(check_args(&params, &bad)), want, "{bad:?}");
     }
 }
 
 #[test]
 fn cache_files_are_read_by_name_and_missing_ones_said() {
-    use super::kernel::TritonFiles;
+    use super::files::TritonFiles;
     let dir = std::env::temp_dir().join(format!("graph-rt-triton-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // No metadata: an error naming the path.
@@ -95,7 +116,9 @@ fn cache_files_are_read_by_name_and_missing_ones_said() {
     assert!(f.ptx.is_none() && f.cubin.is_none() && f.ttir.is_some());
     // PTX that is not UTF-8 is an error, not a panic.
     std::fs::write(dir.join("k.ptx"), [0xff, 0xfe, 0x00]).unwrap();
-    let e = TritonFiles::read(&dir, "k").unwrap_err().to_string();
-    assert!(e.contains("k.ptx"), "{e}");
+    assert_eq!(
+        misuse(TritonFiles::read(&dir, "k")),
+        Some(Misuse::Malformed)
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
