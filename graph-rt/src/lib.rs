@@ -51,6 +51,7 @@ mod error;
 mod graph;
 mod launch;
 mod prelude;
+pub mod profile;
 mod resource;
 pub mod step;
 pub mod table;

@@ -28,7 +28,7 @@ pub use event::{Event, EventFlags};
 pub(crate) use lifetime::{capture_lock, point_after, Lane, Parked, Point, Progress};
 pub use mapped::MappedHostBuffer;
 pub use memory::DeviceBuffer;
-pub(crate) use module::param_layout_of;
+pub(crate) use module::{kernel_name, param_layout_of};
 pub use module::{Function, Module, ParamInfo};
 pub use pinned::PinnedHostBuffer;
 pub(crate) use stream::StreamInner;

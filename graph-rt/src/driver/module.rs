@@ -226,6 +226,24 @@ impl std::fmt::Debug for Function {
     }
 }
 
+/// The name of kernel `raw` (`cuFuncGetName`), or `None` where the driver does not say: for
+/// fingerprints of captured work, whose kernels graph-rt may not have loaded itself.
+pub(crate) fn kernel_name(raw: CUfunction) -> Option<String> {
+    let mut name: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: `raw` is a kernel of a live module (a captured node's, its graph alive) and the
+    // out-pointer is valid; the driver owns the returned string, copied at once.
+    unsafe { cu!(cuFuncGetName(&mut name, raw)) }.ok()?;
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated string the driver keeps while the module lives.
+    Some(
+        unsafe { std::ffi::CStr::from_ptr(name) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
 impl Function {
     /// The raw `CUfunction`, valid while this value lives.
     #[inline]

@@ -107,6 +107,29 @@ pub(super) fn decide(
     }
 }
 
+/// A fingerprint of captured work, the same in every process for the same work: each kernel
+/// node's kernel (by name, `cuFuncGetName`) and launch dimensions, in order (FNV-1a).
+pub(super) fn fingerprint(snapshots: &[KernelSnapshot]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    eat(&(snapshots.len() as u64).to_le_bytes());
+    for s in snapshots {
+        let name = crate::driver::kernel_name(s.func).unwrap_or_default();
+        eat(name.as_bytes());
+        eat(&[0]);
+        let (grid, block, shared) = s.dims;
+        for d in grid.iter().chain(&block).chain([&shared]) {
+            eat(&d.to_le_bytes());
+        }
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

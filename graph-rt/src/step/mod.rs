@@ -55,7 +55,7 @@ use crate::choose::{CostModel, Mix};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
-use crate::graph::{CaptureMode, GraphExec};
+use crate::graph::{CaptureMode, GraphExec, InstantiateOptions};
 use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
 use crate::table::SlotScalar;
 
@@ -98,6 +98,9 @@ pub enum EagerReason {
     Refused(&'static str),
     /// The capture failed with this error.
     CaptureFailed(Error),
+    /// The graph was freed ([`Step::free_graph`]): the profiler found it not worth keeping
+    /// (its reason code).
+    NotWorthIt(&'static str),
 }
 
 /// How a step runs its calls.
@@ -116,9 +119,24 @@ pub enum StepMode {
         /// The cost model's prediction and the mix applied, when the step was given a model
         /// ([`StepOptions::cost_model`]).
         mix: Option<MixReport>,
+        /// A fingerprint of the captured work: its kernel nodes' kernels (by name) and launch
+        /// dimensions, in order — the same in every process for the same work.
+        fingerprint: u64,
+        /// What capturing, instantiating and uploading the graph cost.
+        build: BuildCost,
     },
     /// The closure, run eagerly at each call.
     Eager(EagerReason),
+}
+
+/// What making a step's graph cost, once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BuildCost {
+    /// Host µs of the two captures, discovery, the prelude, instantiation and upload.
+    pub us: f64,
+    /// Device memory the graph took, bytes (free memory before the captures less after the
+    /// upload, by `cuMemGetInfo`: other work of the device in the meantime counts too).
+    pub memory_bytes: u64,
 }
 
 /// The captured step: its exec, and the prelude that rewrites the foreign kernels' words.
@@ -225,6 +243,8 @@ where
         dyn_first: &[Dynamic],
         options: &StepOptions,
     ) -> Result<(Graphed, StepMode)> {
+        let started = std::time::Instant::now();
+        let free_before = self.stream.context().memory_info()?.0;
         let stand_ins = self.params.stand_ins()?;
         let dyn_second: Vec<Dynamic> = stand_ins
             .iter()
@@ -288,12 +308,25 @@ where
         } else {
             None
         };
-        let exec = first.instantiate()?;
+        let fingerprint = choice::fingerprint(&snapshots);
+        drop(snapshots);
+        let exec = first.instantiate_with(&InstantiateOptions {
+            upload: Some(&self.stream),
+            ..InstantiateOptions::default()
+        })?;
+        self.stream.synchronize()?;
+        let free_after = self.stream.context().memory_info()?.0;
+        let build = BuildCost {
+            us: started.elapsed().as_secs_f64() * 1e6,
+            memory_bytes: free_before.saturating_sub(free_after) as u64,
+        };
         let report = StepMode::Graph {
             kernel_nodes,
             patched_words,
             prelude: prelude.as_ref().map(|p| p.report().mode.clone()),
             mix,
+            fingerprint,
+            build,
         };
         Ok((Graphed { exec, prelude }, report))
     }
@@ -310,6 +343,30 @@ where
             Some(Graphed { exec, .. }) if table.is_empty() => exec.launch(&self.stream),
             Some(Graphed { exec, .. }) => table.launch(exec, &self.stream),
             None => self.eager_run().map(drop),
+        }
+    }
+
+    /// Runs one call eagerly — the closure through its scope, on the bindings made so far —
+    /// whatever the step's mode: to compare or profile the modes. A captured step must have
+    /// been made [`recapturable`](StepOptions::recapturable) (else the closure cannot see what
+    /// was bound since).
+    pub fn run_eagerly(&mut self) -> Result<()> {
+        if self.graph.is_some() && !self.options.recapturable {
+            return Err(Error::misuse(
+                "Step::run_eagerly",
+                Misuse::NotRecapturable,
+                "the step keeps no handle on its buffers: make it with StepOptions::recapturable to run it eagerly too",
+            ));
+        }
+        self.eager_run().map(drop)
+    }
+
+    /// Frees the step's graph (parked until its launches have finished): every call runs the
+    /// closure eagerly from now on, with `reason` in [`Step::mode`]. A recapturable step can
+    /// make its graph again ([`Step::recapture`]).
+    pub fn free_graph(&mut self, reason: EagerReason) {
+        if self.graph.take().is_some() {
+            self.report = StepMode::Eager(reason);
         }
     }
 
@@ -335,8 +392,9 @@ where
     /// [`Step::new`] did) and replays that graph from now on: for a closure whose work changed
     /// (other kernels, dimensions or node count — which the step cannot see by itself, since
     /// the closure does not run at each call). Returns what changed in the graph. On error the
-    /// step keeps its graph. Needs [`StepOptions::recapturable`]; a step that runs eagerly has
-    /// nothing to capture again and returns at once.
+    /// step keeps its graph. Needs [`StepOptions::recapturable`]; a step whose closure a
+    /// capture refuses has nothing to capture and returns at once; a step whose graph was freed
+    /// ([`Step::free_graph`]) or whose capture failed captures again.
     pub fn recapture(&mut self) -> Result<Recaptured> {
         const CALL: &str = "Step::recapture";
         let before = match &self.report {
@@ -345,12 +403,14 @@ where
                 patched_words,
                 ..
             } => (*kernel_nodes, *patched_words),
-            StepMode::Eager(_) => {
+            // A closure a capture refuses stays eager.
+            StepMode::Eager(EagerReason::Refused(_)) => {
                 return Ok(Recaptured {
                     kernel_nodes: (0, 0),
                     patched_words: (0, 0),
                 })
             }
+            StepMode::Eager(_) => (0, 0),
         };
         if !self.options.recapturable {
             return Err(Error::misuse(

@@ -1,0 +1,284 @@
+//! The decision, pure: given a step's samples in each mode and their one-time costs, keep the
+//! graph only where it beats eager by more than the measured noise once its one-time costs
+//! (capture, instantiation, the memory it holds) are paid back over the expected calls.
+
+use std::fmt;
+
+/// How a step runs its calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// The closure run eagerly at every call.
+    Eager,
+    /// One launch of the captured graph (the step's mix).
+    Graph,
+}
+
+impl Mode {
+    /// The name reports and the decisions file use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Eager => "eager",
+            Mode::Graph => "graph",
+        }
+    }
+
+    /// The mode of `name` ([`Mode::name`]).
+    pub fn from_name(name: &str) -> Option<Mode> {
+        [Mode::Eager, Mode::Graph]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The median and spread of a mode's per-call samples.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats {
+    /// Median µs per call.
+    pub median_us: f64,
+    /// Half the interquartile range, µs: the noise of one median.
+    pub spread_us: f64,
+    /// Samples.
+    pub samples: usize,
+}
+
+impl Stats {
+    /// The stats of `samples` (µs per call; non-finite samples left out). `None` without any.
+    pub fn of(samples: &[f64]) -> Option<Stats> {
+        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            let pos = q * (v.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+        };
+        Some(Stats {
+            median_us: at(0.5),
+            spread_us: (at(0.75) - at(0.25)) / 2.0,
+            samples: v.len(),
+        })
+    }
+}
+
+/// What a mode was measured at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModeCost {
+    /// The mode.
+    pub mode: Mode,
+    /// Its per-call stats.
+    pub stats: Stats,
+    /// One-time µs it cost before its first call (capture + instantiation + upload; 0 eager).
+    pub one_time_us: f64,
+    /// Device memory it holds, bytes (the change in `cuMemGetInfo` over instantiation and
+    /// upload; 0 eager).
+    pub memory_bytes: u64,
+}
+
+/// How the decision weighs what it measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Policy {
+    /// Calls the step is expected to make from now on, over which one-time costs are
+    /// amortized. Default 1000.
+    pub expected_calls: u64,
+    /// A graph must beat eager by more than this many times the two modes' spreads summed.
+    /// Default 1.
+    pub noise_factor: f64,
+    /// λ, µs: the cost charged for a graph that would hold all of the free device memory (a
+    /// graph holding a tenth of it is charged λ / 10). Default 10⁵ µs (0.1 s).
+    pub memory_penalty_us: f64,
+    /// Free device memory, bytes, when the graph was made (for the memory charge; 0: none).
+    pub free_memory_bytes: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Self {
+            expected_calls: 1000,
+            noise_factor: 1.0,
+            memory_penalty_us: 1e5,
+            free_memory_bytes: 0,
+        }
+    }
+}
+
+/// Why a step runs as it does.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The graph beats eager beyond the noise and pays its one-time costs back.
+    GraphWins,
+    /// The graph is not faster than eager beyond the measured noise.
+    WithinNoise,
+    /// The graph is faster, but its one-time costs are not paid back over the expected calls.
+    NeverPaysBack,
+    /// The step could not be captured (its mode says why): it runs eagerly.
+    NotCaptured,
+    /// The decision was read from the decisions file.
+    FromFile,
+}
+
+impl Reason {
+    /// The reason's code in reports and the decisions file.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Reason::GraphWins => "graph-wins",
+            Reason::WithinNoise => "within-noise",
+            Reason::NeverPaysBack => "never-pays-back",
+            Reason::NotCaptured => "not-captured",
+            Reason::FromFile => "from-file",
+        }
+    }
+}
+
+/// What the decision keeps, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The mode kept.
+    pub mode: Mode,
+    /// Why.
+    pub reason: Reason,
+    /// µs a call the graph saves over eager (negative: it loses).
+    pub saving_us: f64,
+    /// Calls after which the graph's one-time costs are paid back (`None`: never, it does not
+    /// save).
+    pub break_even_calls: Option<u64>,
+}
+
+/// Decides between `eager` and `graph` (pure): the graph is kept when its median beats
+/// eager's by more than `noise_factor` × the two spreads summed, and the time it saves over
+/// the expected calls exceeds its one-time cost plus the memory charge.
+pub fn decide(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> Decision {
+    let saving = eager.stats.median_us - graph.stats.median_us;
+    let noise = policy.noise_factor * (eager.stats.spread_us + graph.stats.spread_us);
+    let break_even = (saving > 0.0).then(|| (graph.one_time_us / saving).ceil().max(0.0) as u64);
+    let memory_charge = match policy.free_memory_bytes {
+        0 => 0.0,
+        free => policy.memory_penalty_us * graph.memory_bytes as f64 / free as f64,
+    };
+    let net = saving * policy.expected_calls as f64 - graph.one_time_us - memory_charge;
+    let (mode, reason) = if saving <= noise {
+        (Mode::Eager, Reason::WithinNoise)
+    } else if net <= 0.0 {
+        (Mode::Eager, Reason::NeverPaysBack)
+    } else {
+        (Mode::Graph, Reason::GraphWins)
+    };
+    Decision {
+        mode,
+        reason,
+        saving_us: saving,
+        break_even_calls: break_even,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(mode: Mode, median: f64, spread: f64, one_time: f64) -> ModeCost {
+        ModeCost {
+            mode,
+            stats: Stats {
+                median_us: median,
+                spread_us: spread,
+                samples: 9,
+            },
+            one_time_us: one_time,
+            memory_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn stats_are_medians_and_half_interquartile_ranges_of_finite_samples() {
+        let s = Stats::of(&[5.0, 1.0, 3.0, f64::NAN, 2.0, 4.0]).unwrap();
+        assert_eq!(s.median_us, 3.0);
+        assert_eq!(s.spread_us, 1.0);
+        assert_eq!(s.samples, 5);
+        assert_eq!(Stats::of(&[f64::INFINITY]), None);
+    }
+
+    #[test]
+    fn a_graph_that_saves_beyond_the_noise_and_pays_back_is_kept() {
+        let d = decide(
+            &cost(Mode::Eager, 100.0, 2.0, 0.0),
+            &cost(Mode::Graph, 40.0, 1.0, 3000.0),
+            &Policy::default(),
+        );
+        assert_eq!((d.mode, d.reason.clone()), (Mode::Graph, Reason::GraphWins));
+        assert_eq!(d.break_even_calls, Some(50));
+        assert_eq!(d.saving_us, 60.0);
+    }
+
+    #[test]
+    fn a_graph_within_the_noise_is_not_kept() {
+        let d = decide(
+            &cost(Mode::Eager, 100.0, 4.0, 0.0),
+            &cost(Mode::Graph, 95.0, 2.0, 10.0),
+            &Policy::default(),
+        );
+        assert_eq!((d.mode, d.reason), (Mode::Eager, Reason::WithinNoise));
+        let slower = decide(
+            &cost(Mode::Eager, 10.0, 0.1, 0.0),
+            &cost(Mode::Graph, 27.0, 0.1, 10.0),
+            &Policy::default(),
+        );
+        assert_eq!(slower.mode, Mode::Eager);
+        assert_eq!(slower.break_even_calls, None);
+    }
+
+    #[test]
+    fn a_graph_that_never_pays_back_over_the_expected_calls_is_not_kept() {
+        let policy = Policy {
+            expected_calls: 10,
+            ..Policy::default()
+        };
+        let d = decide(
+            &cost(Mode::Eager, 100.0, 1.0, 0.0),
+            &cost(Mode::Graph, 90.0, 1.0, 500.0),
+            &policy,
+        );
+        assert_eq!((d.mode, d.reason), (Mode::Eager, Reason::NeverPaysBack));
+        assert_eq!(d.break_even_calls, Some(50));
+        // The same graph over more calls pays back.
+        let d = decide(
+            &cost(Mode::Eager, 100.0, 1.0, 0.0),
+            &cost(Mode::Graph, 90.0, 1.0, 500.0),
+            &Policy::default(),
+        );
+        assert_eq!(d.mode, Mode::Graph);
+    }
+
+    #[test]
+    fn memory_a_graph_holds_is_charged_against_what_it_saves() {
+        let mut graph = cost(Mode::Graph, 90.0, 1.0, 0.0);
+        graph.memory_bytes = 1 << 30;
+        let policy = Policy {
+            free_memory_bytes: 1 << 30,
+            memory_penalty_us: 1e5,
+            expected_calls: 1000,
+            ..Policy::default()
+        };
+        // Saves 10 µs × 1000 calls = 10⁴ µs < λ = 10⁵ µs for all of the free memory.
+        let d = decide(&cost(Mode::Eager, 100.0, 1.0, 0.0), &graph, &policy);
+        assert_eq!(d.reason, Reason::NeverPaysBack);
+        graph.memory_bytes = 1 << 20;
+        let d = decide(&cost(Mode::Eager, 100.0, 1.0, 0.0), &graph, &policy);
+        assert_eq!(d.reason, Reason::GraphWins);
+    }
+
+    #[test]
+    fn modes_round_trip_through_their_names() {
+        for m in [Mode::Eager, Mode::Graph] {
+            assert_eq!(Mode::from_name(m.name()), Some(m));
+        }
+        assert_eq!(Mode::from_name("nope"), None);
+    }
+}

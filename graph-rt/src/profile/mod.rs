@@ -1,0 +1,40 @@
+//! The overhead profiler: keep a graph only where it wins.
+//!
+//! "Can be captured" is not "should be deployed": a graph loses when its instantiation never
+//! pays back, when its kernels are long, or when it beats eager by less than the noise.
+//! [`Profiled`] wraps a [`Step`](crate::step::Step): it measures the step eagerly and as a
+//! graph (CUDA events around each call, warm-up first, the modes interleaved, medians and
+//! spreads), with the graph's one-time cost (captures, discovery, prelude, instantiation,
+//! upload) and the device memory it took, and keeps the graph only where it beats eager by more
+//! than the noise once those costs are amortized over the expected calls ([`decide()`], pure and
+//! tested with injected timings); otherwise the graph is freed and the step runs eagerly. A
+//! step declared re-runnable is measured at once (extra runs); otherwise its first calls are
+//! the samples, the modes taking turns.
+//!
+//! Decisions persist in a file ([`DecisionStore`]) keyed by step name, key, a fingerprint of the
+//! captured work, device, driver and graph-rt build: a second process reads them and profiles
+//! nothing. In production one call in [`ProfileOptions::sample_every`] is timed by events read
+//! without synchronizing; a kept mode whose samples drift past the profiled median is profiled
+//! again, and a step kept eager tries its graph again after
+//! [`ProfileOptions::retry_after`] calls. Every decision has a reason code ([`Reason`]), goes to
+//! `tracing`, and is in the step's [`ProfileReport`]; [`summary`] sums reports up (a table, and
+//! JSON). [`ProfileOptions::strict`] fails instead of running eagerly when a step cannot be
+//! captured.
+//!
+//! [`partition`] splits a step given as segments into graph and eager runs, exactly (dynamic
+//! programming), by time saved minus each graph's one-time cost and a memory charge.
+//!
+//! Depends on `step`, `driver`, `table`, `timing` and `error`; nothing depends on it.
+
+mod decide;
+mod partition;
+mod profiled;
+mod report;
+mod sampler;
+mod store;
+
+pub use decide::{decide, Decision, Mode, ModeCost, Policy, Reason, Stats};
+pub use partition::{partition, Part, PartitionPolicy, Plan, SegmentCost};
+pub use profiled::{ProfileOptions, Profiled};
+pub use report::{summary, ProfileReport, Summary};
+pub use store::{DecisionKey, DecisionStore, StoredDecision};

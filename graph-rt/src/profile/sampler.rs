@@ -1,0 +1,103 @@
+//! Production sampling of a kept mode: one call in `every` timed between two events, read at
+//! the next sampled call if they have completed (never waited for), the last eight kept; a
+//! median past the profiled one by more than `drift` asks for profiling again.
+
+use std::collections::VecDeque;
+
+use crate::driver::{Event, EventFlags, Stream};
+use crate::error::Result;
+use crate::timing::median;
+
+/// Samples kept for the drift check.
+const WINDOW: usize = 8;
+
+pub(super) struct Sampler {
+    every: u64,
+    drift: f64,
+    calls: u64,
+    // The pair of the last sampled call, while it may not have completed.
+    pending: Option<(Event, Event)>,
+    // A pair ready for the next sample.
+    spare: Option<(Event, Event)>,
+    // Recording a sample now (between `begin` and `end`).
+    open: Option<(Event, Event)>,
+    window: VecDeque<f64>,
+    baseline: Option<f64>,
+}
+
+impl Sampler {
+    pub(super) fn new(every: u64, drift: f64) -> Self {
+        Self {
+            every,
+            drift,
+            calls: 0,
+            pending: None,
+            spare: None,
+            open: None,
+            window: VecDeque::new(),
+            baseline: None,
+        }
+    }
+
+    /// A new decision: samples are compared with `baseline` (µs a call) from now on.
+    pub(super) fn reset(&mut self, baseline: Option<f64>) {
+        self.baseline = baseline;
+        self.window.clear();
+        self.calls = 0;
+    }
+
+    /// Before a call: whether this call is sampled (its start event recorded). Reads the last
+    /// sample first if its events have completed; skips this one if they have not.
+    pub(super) fn begin(&mut self, stream: &Stream) -> Result<bool> {
+        self.calls += 1;
+        if self.every == 0 || self.calls % self.every != 0 {
+            return Ok(false);
+        }
+        if let Some((start, end)) = self.pending.take() {
+            if !end.is_complete()? {
+                self.pending = Some((start, end));
+                return Ok(false);
+            }
+            let us = Event::elapsed_ms(&start, &end)? as f64 * 1e3;
+            if us.is_finite() {
+                if self.window.len() == WINDOW {
+                    self.window.pop_front();
+                }
+                self.window.push_back(us);
+            }
+            self.spare = Some((start, end));
+        }
+        let pair = match self.spare.take() {
+            Some(p) => p,
+            None => {
+                let ctx = stream.context();
+                (
+                    Event::new(ctx, EventFlags::Timing)?,
+                    Event::new(ctx, EventFlags::Timing)?,
+                )
+            }
+        };
+        pair.0.record(stream)?;
+        self.open = Some(pair);
+        Ok(true)
+    }
+
+    /// After a sampled call: its end event recorded.
+    pub(super) fn end(&mut self, stream: &Stream) -> Result<()> {
+        if let Some(pair) = self.open.take() {
+            pair.1.record(stream)?;
+            self.pending = Some(pair);
+        }
+        Ok(())
+    }
+
+    /// Whether the last samples' median left the baseline by more than the drift.
+    pub(super) fn drifted(&self) -> bool {
+        match self.baseline {
+            Some(b) if self.window.len() == WINDOW && b > 0.0 => {
+                median(self.window.iter().copied().collect()) > b * (1.0 + self.drift)
+            }
+            _ => false,
+        }
+    }
+}

@@ -1,0 +1,303 @@
+//! Decisions kept across processes: a JSON file of entries keyed by step name, key, a
+//! fingerprint of the captured work, device, driver and graph-rt build. Written atomically (a
+//! temporary file renamed over the old one); a file that is missing, corrupt or of another
+//! format means profiling again, with a warning — never a panic — and an entry of another
+//! device, driver, build or fingerprint is stale: not used, replaced when the step decides again.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+use super::decide::{Decision, Mode, Reason};
+use crate::error::{Error, Misuse, Result};
+
+/// What an entry is for: the step, its key and everything that makes a decision stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecisionKey {
+    /// The step's name.
+    pub step: String,
+    /// The user's key within the step (a shape bucket, a batch size); empty if none.
+    pub key: String,
+    /// A fingerprint of the captured work (node kinds, kernels, launch dimensions).
+    pub fingerprint: u64,
+    /// The device (its name and compute capability, or its UUID).
+    pub device: String,
+    /// The driver's CUDA version (`cuDriverGetVersion`).
+    pub driver: i32,
+    /// graph-rt's build (its version).
+    pub build: String,
+}
+
+/// One stored decision with the figures it was made from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredDecision {
+    /// What it is for.
+    pub key: DecisionKey,
+    /// The mode kept.
+    pub mode: Mode,
+    /// The reason's code when it was made ([`Reason::code`]).
+    pub reason: String,
+    /// Eager and graph medians, µs a call, when it was made.
+    pub eager_us: f64,
+    /// See `eager_us`.
+    pub graph_us: f64,
+}
+
+/// The decisions file.
+#[derive(Debug)]
+pub struct DecisionStore {
+    path: PathBuf,
+    entries: Vec<StoredDecision>,
+    /// Why the file could not be used as it was, if so (it is rewritten on the next save).
+    pub warning: Option<String>,
+}
+
+impl DecisionStore {
+    /// Reads the file at `path`; a missing file is an empty store, a corrupt or foreign one an
+    /// empty store with a [`DecisionStore::warning`] (logged with `tracing`).
+    pub fn open(path: impl Into<PathBuf>) -> Self {
+        let path = path.into();
+        let (entries, warning) = match std::fs::read_to_string(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
+            Err(e) => (
+                Vec::new(),
+                Some(format!("cannot read {}: {e}", path.display())),
+            ),
+            Ok(text) => match parse(&text) {
+                Ok(entries) => (entries, None),
+                Err(why) => (
+                    Vec::new(),
+                    Some(format!(
+                        "{} is not a graph-rt decisions file ({why}): profiling again",
+                        path.display()
+                    )),
+                ),
+            },
+        };
+        if let Some(w) = &warning {
+            tracing::warn!(warning = %w, "graph-rt: decisions file");
+        }
+        Self {
+            path,
+            entries,
+            warning,
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The stored decision for `key`, if one matches it in every field (else it is stale).
+    pub fn get(&self, key: &DecisionKey) -> Option<&StoredDecision> {
+        self.entries.iter().find(|e| &e.key == key)
+    }
+
+    /// Entries for the same step and key that another device, driver, build or captured work
+    /// made (stale: not used).
+    pub fn stale(&self, key: &DecisionKey) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| e.key.step == key.step && e.key.key == key.key && &e.key != key)
+            .count()
+    }
+
+    /// Records `decision` for `key` (replacing the step and key's entries) and writes the file
+    /// atomically.
+    pub fn put(
+        &mut self,
+        key: DecisionKey,
+        decision: &Decision,
+        eager_us: f64,
+        graph_us: f64,
+    ) -> Result<()> {
+        self.entries
+            .retain(|e| !(e.key.step == key.step && e.key.key == key.key));
+        self.entries.push(StoredDecision {
+            key,
+            mode: decision.mode,
+            reason: decision.reason.code().to_owned(),
+            eager_us,
+            graph_us,
+        });
+        self.save()
+    }
+
+    /// Writes every entry: a temporary file beside the file, renamed over it.
+    pub fn save(&mut self) -> Result<()> {
+        const CALL: &str = "DecisionStore::save";
+        let entries: Vec<Value> = self
+            .entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "step": e.key.step, "key": e.key.key,
+                    "fingerprint": format!("{:016x}", e.key.fingerprint),
+                    "device": e.key.device, "driver": e.key.driver, "build": e.key.build,
+                    "mode": e.mode.name(), "reason": e.reason,
+                    "eager_us": e.eager_us, "graph_us": e.graph_us,
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&json!({ "format": FORMAT, "decisions": entries }))
+            .map_err(|e| Error::misuse(CALL, Misuse::Malformed, format!("{e}")))?;
+        let io = |e: std::io::Error| {
+            Error::misuse(
+                CALL,
+                Misuse::Malformed,
+                format!("cannot write {}: {e}", self.path.display()),
+            )
+        };
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let tmp = self
+            .path
+            .with_extension(format!("tmp.{}", std::process::id()));
+        std::fs::write(&tmp, text).map_err(io)?;
+        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        self.warning = None;
+        Ok(())
+    }
+}
+
+/// The file's format tag.
+const FORMAT: &str = "graph-rt decisions 1";
+
+fn parse(text: &str) -> std::result::Result<Vec<StoredDecision>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if v["format"].as_str() != Some(FORMAT) {
+        return Err(format!("format is not {FORMAT:?}"));
+    }
+    let list = v["decisions"].as_array().ok_or("no decisions list")?;
+    list.iter()
+        .map(|e| {
+            let s = |k: &str| e[k].as_str().map(str::to_owned).ok_or(format!("no {k}"));
+            let f = |k: &str| e[k].as_f64().ok_or(format!("no {k}"));
+            Ok(StoredDecision {
+                key: DecisionKey {
+                    step: s("step")?,
+                    key: s("key")?,
+                    fingerprint: u64::from_str_radix(&s("fingerprint")?, 16)
+                        .map_err(|_| "a fingerprint that is not hexadecimal")?,
+                    device: s("device")?,
+                    driver: e["driver"].as_i64().ok_or("no driver")? as i32,
+                    build: s("build")?,
+                },
+                mode: Mode::from_name(&s("mode")?).ok_or("an unknown mode")?,
+                reason: s("reason")?,
+                eager_us: f("eager_us")?,
+                graph_us: f("graph_us")?,
+            })
+        })
+        .collect()
+}
+
+impl StoredDecision {
+    /// The decision as the profiler applies it.
+    pub fn decision(&self) -> Decision {
+        Decision {
+            mode: self.mode,
+            reason: Reason::FromFile,
+            saving_us: self.eager_us - self.graph_us,
+            break_even_calls: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(step: &str) -> DecisionKey {
+        DecisionKey {
+            step: step.into(),
+            key: "b1".into(),
+            fingerprint: 0xdead_beef,
+            device: "NVIDIA H200 (9.0)".into(),
+            driver: 13000,
+            build: "0.1.0".into(),
+        }
+    }
+
+    fn graph_wins() -> Decision {
+        Decision {
+            mode: Mode::Graph,
+            reason: Reason::GraphWins,
+            saving_us: 60.0,
+            break_even_calls: Some(50),
+        }
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("graph-rt-store-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir.join("decisions.json")
+    }
+
+    #[test]
+    fn decisions_round_trip_through_the_file_and_a_second_process_reads_them() {
+        let path = temp("round-trip");
+        let mut store = DecisionStore::open(&path);
+        assert!(store.warning.is_none(), "a missing file is an empty store");
+        store
+            .put(key("decode"), &graph_wins(), 100.0, 40.0)
+            .unwrap();
+        let again = DecisionStore::open(&path);
+        let got = again.get(&key("decode")).expect("stored");
+        assert_eq!(got.mode, Mode::Graph);
+        assert_eq!(got.decision().reason, Reason::FromFile);
+        assert_eq!(got.reason, "graph-wins");
+        // Another driver: stale, not used.
+        let mut other = key("decode");
+        other.driver = 12040;
+        assert!(again.get(&other).is_none());
+        assert_eq!(again.stale(&other), 1);
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_file_means_profiling_again_with_a_warning() {
+        let path = temp("corrupt");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        for text in [
+            "{ not json",
+            "{\"format\": \"something else\", \"decisions\": []}",
+            "[1, 2]",
+            "{\"format\": \"graph-rt decisions 1\", \"decisions\": [{\"step\": 3}]}",
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let mut store = DecisionStore::open(&path);
+            assert!(store.warning.is_some(), "{text}");
+            assert!(store.get(&key("decode")).is_none());
+            // Saving replaces it with a good file.
+            store.put(key("decode"), &graph_wins(), 1.0, 0.5).unwrap();
+            assert!(DecisionStore::open(&path).warning.is_none());
+        }
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_new_decision_replaces_the_steps_old_one() {
+        let path = temp("replace");
+        let mut store = DecisionStore::open(&path);
+        store
+            .put(key("decode"), &graph_wins(), 100.0, 40.0)
+            .unwrap();
+        let mut k = key("decode");
+        k.fingerprint = 7;
+        let eager = Decision {
+            mode: Mode::Eager,
+            reason: Reason::WithinNoise,
+            saving_us: 0.0,
+            break_even_calls: None,
+        };
+        store.put(k.clone(), &eager, 10.0, 10.0).unwrap();
+        let again = DecisionStore::open(&path);
+        assert_eq!(again.get(&k).map(|d| d.mode), Some(Mode::Eager));
+        assert!(again.get(&key("decode")).is_none());
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+}
