@@ -15,6 +15,7 @@ mod kernels;
 mod lifetime;
 mod memory;
 mod prelude;
+mod profile;
 mod programmatic;
 mod retention;
 mod runtime;
