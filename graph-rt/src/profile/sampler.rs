@@ -1,6 +1,6 @@
 //! Production sampling of a kept mode: one call in `every` timed between two events, read at
 //! the next sampled call if they have completed (never waited for), the last eight kept; a
-//! median past the profiled one by more than `drift` asks for profiling again.
+//! median off the profiled one by more than `drift`, either way, asks for profiling again.
 
 use std::collections::VecDeque;
 
@@ -91,11 +91,14 @@ impl Sampler {
         Ok(())
     }
 
-    /// Whether the last samples' median left the baseline by more than the drift.
+    /// Whether the last samples' median left the baseline by more than the drift, up or down
+    /// (a step that got faster may now lose its graph's advantage, or a kept-eager step's
+    /// graph may now win).
     pub(super) fn drifted(&self) -> bool {
         match self.baseline {
             Some(b) if self.window.len() == WINDOW && b > 0.0 => {
-                median(self.window.iter().copied().collect()) > b * (1.0 + self.drift)
+                let m = median(self.window.iter().copied().collect());
+                m > b * (1.0 + self.drift) || m < b / (1.0 + self.drift)
             }
             _ => false,
         }

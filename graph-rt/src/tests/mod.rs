@@ -94,6 +94,12 @@ pub(crate) fn exclusive() -> RwLockWriteGuard<'static, ()> {
 /// GEMMs far more), `sanitized` under the others (memcheck, synccheck, initcheck: a few
 /// milliseconds a launch). Every launch and allocation is instrumented there: the sizes shrink,
 /// what the test checks stays.
+/// Whether the test runs under a compute-sanitizer tool: timings mean nothing there (every
+/// launch is instrumented), so decisions made from them are not checked.
+pub(crate) fn sanitized() -> bool {
+    std::env::var_os("GRAPH_RT_SANITIZER").is_some()
+}
+
 pub(crate) fn sized<T>(plain: T, sanitized: T, racecheck: T) -> T {
     match std::env::var_os("GRAPH_RT_SANITIZER") {
         None => plain,

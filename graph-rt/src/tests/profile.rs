@@ -4,10 +4,10 @@
 //! the decision, a step that cannot be captured runs eagerly or fails (strict).
 
 use super::chain::{add1, buffers, fresh_input, N};
-use super::{assert_close, capturing_ctx, function, sized};
+use super::{assert_close, capturing_ctx, sanitized, sized};
 use crate::profile::{Mode, Policy, ProfileOptions, Profiled, Reason};
 use crate::step::{Buf, EagerReason, StepMode, StepOptions, StepParams, StepScope};
-use crate::{Context, DeviceBuffer, Function, LaunchConfig, Misuse, Stream};
+use crate::{Context, Function, LaunchConfig, Misuse, Stream};
 
 /// Kernels of the chain: y = x + 1, then y += 1 in place, `KERNELS` in all.
 const KERNELS: usize = 40;
@@ -208,7 +208,14 @@ fn a_step_that_is_not_rerunnable_is_decided_over_its_first_calls_all_of_them_rig
     let r = step.report().clone();
     println!("profile: {r}");
     assert_eq!(r.profiled_calls, needed as u64);
-    assert_eq!(r.decision.as_ref().map(|d| d.mode), Some(Mode::Graph), "{r}");
+    assert!(r.decision.is_some(), "decided after {needed} calls: {r}");
+    if !sanitized() {
+        assert_eq!(
+            r.decision.as_ref().map(|d| d.mode),
+            Some(Mode::Graph),
+            "{r}"
+        );
+    }
     calls_are_right(&mut step, &ctx, &x, &y, 3, KERNELS);
 }
 
@@ -217,60 +224,63 @@ fn a_step_that_is_not_rerunnable_is_decided_over_its_first_calls_all_of_them_rig
 fn a_step_whose_cost_changes_after_deployment_is_profiled_again_and_the_decision_flips() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let axpy = function(&ctx, &graph_rt_kernels::AXPY_TABLE, "axpy_f32");
-    // Buffers large enough that, at full length, each kernel runs long behind its launch.
-    let big = sized(8 << 20, 1 << 20, 1 << 16);
-    let mut p = StepParams::new(&ctx, 8).unwrap();
-    let (x, y) = (p.buffer::<f32>(big).unwrap(), p.buffer::<f32>(big).unwrap());
-    let (a, len) = (p.scalar::<f32>().unwrap(), p.scalar::<i32>().unwrap());
-    let (bx, by) = (
-        DeviceBuffer::<f32>::zeroed(&ctx, big).unwrap(),
-        DeviceBuffer::<f32>::zeroed(&ctx, big).unwrap(),
-    );
-    p.bind(&x, &bx).unwrap();
-    p.bind(&y, &by).unwrap();
-    p.set(&a, 1.0).unwrap();
-    p.set(&len, 1).unwrap();
-    let cfg = LaunchConfig::for_elements(big, 256);
+    let f = add1(&ctx);
+    // One kernel over few expected calls: eager is kept. Then the step's eager cost grows (its
+    // closure spends 500 µs on the host before launching, as a framework's dispatch might):
+    // the sampled calls drift from the profiled median, the step is captured and profiled
+    // again, and now the graph wins.
+    let host_cost = std::cell::Cell::new(std::time::Duration::ZERO);
     let options = ProfileOptions {
         rerunnable: true,
         sample_every: 1,
         policy: Policy {
-            noise_factor: 4.0,
-            expected_calls: 100,
+            expected_calls: 10,
             ..Policy::default()
         },
         ..ProfileOptions::default()
     };
+    let (p, x, y) = chain_params(&ctx);
+    let mut body = chain(&f, &x, &y, 1);
     let mut step = Profiled::new("drift", &stream, p, StepOptions::default(), options, |s| {
-        for _ in 0..KERNELS {
-            // SAFETY: axpy over the first `len` ≤ big floats of two distinct big-float buffers,
-            // every argument through its slot.
-            unsafe { s.launch(&axpy, &cfg, (a.slot(), x.slot(), y.slot(), len.slot()))? };
+        if !s.is_capturing() {
+            let until = std::time::Instant::now() + host_cost.get();
+            while std::time::Instant::now() < until {}
         }
-        Ok(())
+        body(s)
     })
     .unwrap();
     let first = step.report().clone();
-    println!("profile, one element: {first}");
-    assert_eq!(step.mode(), Mode::Graph, "{first}");
-    // The work grows: every kernel now runs over every element.
-    step.set(&len, big as i32).unwrap();
-    for _ in 0..40 {
+    println!("profile, as made: {first}");
+    let timed = !sanitized();
+    if timed {
+        assert_eq!(step.mode(), Mode::Eager, "{first}");
+    }
+    host_cost.set(std::time::Duration::from_micros(500));
+    for _ in 0..60 {
+        let mut b = buffers(&ctx, 2);
+        let input = fresh_input(&mut b[0]);
+        step.bind(&x, &b[0]).unwrap();
+        step.bind(&y, &b[1]).unwrap();
         step.run().unwrap();
+        // A decode loop reads its token each step.
+        let want: Vec<f64> = input.iter().map(|&v| v as f64 + 1.0).collect();
+        assert_close(&b[1].to_vec().unwrap(), &want, 1e-6);
         if step.report().reprofiles > 0 {
             break;
         }
     }
-    stream.synchronize().unwrap();
     let r = step.report().clone();
-    println!("profile, every element: {r}");
-    assert!(
-        r.reprofiles >= 1,
-        "no re-profiling after the cost grew: {r}"
-    );
-    assert_eq!(r.decisions, 2, "{r}");
-    assert_eq!(step.mode(), Mode::Eager, "the decision did not flip: {r}");
+    println!("profile, after the cost grew: {r}");
+    if timed {
+        assert!(
+            r.reprofiles >= 1,
+            "no re-profiling after the cost grew: {r}"
+        );
+        assert_eq!(r.decisions, 2, "{r}");
+        assert_eq!(step.mode(), Mode::Graph, "the decision did not flip: {r}");
+    }
+    // Right in the new mode too.
+    calls_are_right(&mut step, &ctx, &x, &y, 3, 1);
 }
 
 #[test]
