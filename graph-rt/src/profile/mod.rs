@@ -21,6 +21,9 @@
 //! JSON). [`ProfileOptions::strict`] fails instead of running eagerly when a step cannot be
 //! captured.
 //!
+//! [`sweep`] generates the steps the profiler is judged on (seeded; the `profile` bench runs
+//! them on the device).
+//!
 //! [`partition`] splits a step given as segments into graph and eager runs, exactly (dynamic
 //! programming), by time saved minus each graph's one-time cost and a memory charge.
 //!
@@ -32,9 +35,11 @@ mod profiled;
 mod report;
 mod sampler;
 mod store;
+mod sweep;
 
 pub use decide::{decide, Decision, Mode, ModeCost, Policy, Reason, Stats};
 pub use partition::{partition, Part, PartitionPolicy, Plan, SegmentCost};
 pub use profiled::{ProfileOptions, Profiled};
 pub use report::{summary, ProfileReport, Summary};
 pub use store::{DecisionKey, DecisionStore, StoredDecision};
+pub use sweep::{sweep, SweepPoint};

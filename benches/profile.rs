@@ -1,0 +1,225 @@
+//! The profiler over a generated sweep of steps (`graph_rt::profile::sweep`, seeded): for each
+//! point — a chain of `kernels` add1 over `elements` floats, after a device copy of `copy_bytes`
+//! where it has one — the profiler decides (re-runnable: measured at once), then eager and the
+//! graph are measured apart in interleaved rounds (CUDA events around each call, warm-up first,
+//! medians and spreads), each mode's cost a call over the expected calls (the graph's one-time
+//! cost amortized), and the chosen mode is compared with the fastest: the regret.
+//!
+//! ```text
+//! cargo bench --bench profile     # needs a GPU
+//! ```
+
+use std::process::ExitCode;
+
+use graph_rt::profile::{sweep, Mode, Policy, ProfileOptions, Profiled, Stats, SweepPoint};
+use graph_rt::step::{Step, StepMode, StepOptions, StepParams, StepScope};
+use graph_rt::{Context, DeviceBuffer, Event, EventFlags, Function, LaunchConfig, Module, Stream};
+
+/// The sweep's seed and size.
+const SEED: u64 = 0x6772_6170_682d_7274;
+const POINTS: usize = 24;
+/// Measured rounds (after two of warm-up) per mode.
+const ROUNDS: usize = 15;
+
+fn main() -> ExitCode {
+    println!("profile: built from {}", graph_rt_dev::BUILT_FROM);
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("profile: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The point's closure: the copy (if any), then y = x + 1 and `kernels - 1` more in place.
+fn body<'a>(
+    f: &'a Function,
+    point: SweepPoint,
+    bufs: &'a (graph_rt::step::Buf<f32>, graph_rt::step::Buf<f32>),
+    scratch: &'a std::cell::RefCell<(DeviceBuffer<u8>, DeviceBuffer<u8>)>,
+) -> impl FnMut(&StepScope<'_>) -> graph_rt::Result<()> + 'a {
+    let cfg = LaunchConfig::for_elements(point.elements, 256);
+    let n = point.elements as i32;
+    move |s| {
+        if point.copy_bytes > 0 {
+            let mut sc = scratch.borrow_mut();
+            let (dst, src) = &mut *sc;
+            s.copy(dst, src)?;
+        }
+        let (x, y) = (s.buffer(&bufs.0)?, s.buffer(&bufs.1)?);
+        // SAFETY: add1 over `elements` floats of two distinct buffers that long, then in place
+        // (each thread its own element).
+        unsafe { s.launch(f, &cfg, (&x, &y, n))? };
+        for _ in 1..point.kernels {
+            // SAFETY: as above.
+            unsafe { s.launch(f, &cfg, (&y, &y, n))? };
+        }
+        Ok(())
+    }
+}
+
+fn params(
+    ctx: &Context,
+    point: SweepPoint,
+) -> graph_rt::Result<(
+    StepParams,
+    (graph_rt::step::Buf<f32>, graph_rt::step::Buf<f32>),
+)> {
+    let mut p = StepParams::new(ctx, 4)?;
+    let (x, y) = (
+        p.buffer::<f32>(point.elements)?,
+        p.buffer::<f32>(point.elements)?,
+    );
+    p.bind(&x, &DeviceBuffer::zeroed(ctx, point.elements)?)?;
+    p.bind(&y, &DeviceBuffer::zeroed(ctx, point.elements)?)?;
+    Ok((p, (x, y)))
+}
+
+/// Each mode of `step` measured apart: interleaved rounds, each call between two events.
+fn measure<F>(step: &mut Step<F>, stream: &Stream) -> graph_rt::Result<(Stats, Stats)>
+where
+    F: FnMut(&StepScope<'_>) -> graph_rt::Result<()>,
+{
+    let ctx = stream.context();
+    let ev = || Event::new(ctx, EventFlags::Timing);
+    let (a, b, c, d) = (ev()?, ev()?, ev()?, ev()?);
+    let (mut eager, mut graph) = (Vec::new(), Vec::new());
+    for r in 0..ROUNDS + 2 {
+        let first_eager = r % 2 == 0;
+        for (i, (start, end)) in [(&a, &b), (&c, &d)].into_iter().enumerate() {
+            start.record(stream)?;
+            if (i == 0) == first_eager {
+                step.run_eagerly()?;
+            } else {
+                step.run()?;
+            }
+            end.record(stream)?;
+        }
+        stream.synchronize()?;
+        if r >= 2 {
+            let (t0, t1) = (
+                Event::elapsed_ms(&a, &b)? as f64 * 1e3,
+                Event::elapsed_ms(&c, &d)? as f64 * 1e3,
+            );
+            let (e, g) = if first_eager { (t0, t1) } else { (t1, t0) };
+            eager.push(e);
+            graph.push(g);
+        }
+    }
+    let bad = || graph_rt::Error::InvalidArgument {
+        call: "profile bench",
+        reason: "no finite sample".into(),
+    };
+    Ok((
+        Stats::of(&eager).ok_or_else(bad)?,
+        Stats::of(&graph).ok_or_else(bad)?,
+    ))
+}
+
+fn run() -> graph_rt::Result<bool> {
+    let ctx = Context::new(0)?;
+    let stream = Stream::new(&ctx)?;
+    let f = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN.ptx)?.function("add1")?;
+    println!("profile: a sweep of {POINTS} generated steps (seed {SEED:#x}): per call µs (CUDA events, median of {ROUNDS} interleaved rounds), the graph's one-time cost amortized over the expected calls; regret = the chosen mode's cost ÷ the cheaper one's");
+    println!(
+        "profile: {:>3} {:>7} {:>8} {:>6} {:>8} | {:>16} {:>16} {:>9} | {:>6} {:>16} {:>7}",
+        "k",
+        "elems",
+        "copy KiB",
+        "calls",
+        "one-time",
+        "eager",
+        "graph",
+        "graph+1x",
+        "chose",
+        "reason",
+        "regret"
+    );
+    let (mut worst, mut ok) = (1.0f64, true);
+    for point in sweep(SEED, POINTS) {
+        let scratch = std::cell::RefCell::new((
+            DeviceBuffer::<u8>::zeroed(&ctx, point.copy_bytes.max(1))?,
+            DeviceBuffer::<u8>::zeroed(&ctx, point.copy_bytes.max(1))?,
+        ));
+        let (p, bufs) = params(&ctx, point)?;
+        let options = ProfileOptions {
+            rerunnable: true,
+            policy: Policy {
+                expected_calls: point.expected_calls,
+                ..Policy::default()
+            },
+            sample_every: 0,
+            ..ProfileOptions::default()
+        };
+        let profiled = Profiled::new(
+            "sweep",
+            &stream,
+            p,
+            StepOptions::default(),
+            options,
+            body(&f, point, &bufs, &scratch),
+        )?;
+        let report = profiled.report().clone();
+        drop(profiled);
+        let Some(decision) = report.decision.clone() else {
+            println!("profile: no decision at {point:?}");
+            ok = false;
+            continue;
+        };
+        // The modes measured apart, on a step of their own.
+        let (p, bufs2) = params(&ctx, point)?;
+        let mut step = Step::new(
+            &stream,
+            p,
+            StepOptions {
+                recapturable: true,
+                ..StepOptions::default()
+            },
+            body(&f, point, &bufs2, &scratch),
+        )?;
+        let one_time = match step.mode() {
+            StepMode::Graph { build, .. } => build.us,
+            _ => f64::INFINITY,
+        };
+        let (e, g) = measure(&mut step, &stream)?;
+        let calls = point.expected_calls as f64;
+        let graph_cost = g.median_us + one_time / calls;
+        let eager_cost = e.median_us;
+        let chosen = match decision.mode {
+            Mode::Graph => graph_cost,
+            Mode::Eager => eager_cost,
+        };
+        let best = graph_cost.min(eager_cost);
+        let regret = chosen / best;
+        // Slower than eager beyond the spread: a graph kept that loses.
+        let loses =
+            decision.mode == Mode::Graph && graph_cost > eager_cost + e.spread_us + g.spread_us;
+        let fine = regret <= 1.03 || (chosen - best) <= e.spread_us + g.spread_us;
+        ok &= fine && !loses;
+        worst = worst.max(regret);
+        println!(
+            "profile: {:>3} {:>7} {:>8} {:>6} {:>8.0} | {:>9.1} ±{:<5.1} {:>9.1} ±{:<5.1} {:>9.1} | {:>6} {:>16} {:>6.3}{}",
+            point.kernels,
+            point.elements,
+            point.copy_bytes / 1024,
+            point.expected_calls,
+            one_time,
+            e.median_us,
+            e.spread_us,
+            g.median_us,
+            g.spread_us,
+            graph_cost,
+            decision.mode.name(),
+            decision.reason.code(),
+            regret,
+            if fine && !loses { "" } else { "  <- over" },
+        );
+    }
+    println!(
+        "profile: chosen ÷ cheaper ≤ 1.03 (or within the spread) at every point, never a losing graph kept: {} (worst regret {worst:.3})",
+        if ok { "yes" } else { "no" }
+    );
+    Ok(true)
+}
