@@ -12,8 +12,11 @@
 use std::process::ExitCode;
 
 use graph_rt::profile::{sweep, Mode, Policy, ProfileOptions, Profiled, Stats, SweepPoint};
-use graph_rt::step::{Step, StepMode, StepOptions, StepParams, StepScope};
+use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, Function, LaunchConfig, Module, Stream};
+
+/// A point's two declared buffers, x and y.
+type Bufs = (Buf<f32>, Buf<f32>);
 
 /// The sweep's seed and size.
 const SEED: u64 = 0x6772_6170_682d_7274;
@@ -37,7 +40,7 @@ fn main() -> ExitCode {
 fn body<'a>(
     f: &'a Function,
     point: SweepPoint,
-    bufs: &'a (graph_rt::step::Buf<f32>, graph_rt::step::Buf<f32>),
+    bufs: &'a Bufs,
     scratch: &'a std::cell::RefCell<(DeviceBuffer<u8>, DeviceBuffer<u8>)>,
 ) -> impl FnMut(&StepScope<'_>) -> graph_rt::Result<()> + 'a {
     let cfg = LaunchConfig::for_elements(point.elements, 256);
@@ -60,13 +63,7 @@ fn body<'a>(
     }
 }
 
-fn params(
-    ctx: &Context,
-    point: SweepPoint,
-) -> graph_rt::Result<(
-    StepParams,
-    (graph_rt::step::Buf<f32>, graph_rt::step::Buf<f32>),
-)> {
+fn params(ctx: &Context, point: SweepPoint) -> graph_rt::Result<(StepParams, Bufs)> {
     let mut p = StepParams::new(ctx, 4)?;
     let (x, y) = (
         p.buffer::<f32>(point.elements)?,
