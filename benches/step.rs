@@ -2,11 +2,13 @@
 //! (PDL) with every pointer rebound each call, two buffer sets alternating, run through
 //! [`Step::run`] and, on the same kind of graph, through [`ArgTable::launch`] directly. Host µs
 //! of binding + launching (no synchronize in the timed part) and wall µs per synchronized call,
-//! interleaved, medians.
+//! interleaved, medians. And the same step under the overhead profiler with production
+//! sampling at its default rate (one call in 64 timed by events), against the same table.
 
 use std::time::Instant;
 
-use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams};
+use graph_rt::profile::{Mode, ProfileOptions, Profiled};
+use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
 use graph_rt::table::PtrSlot;
 use graph_rt::{ArgTable, CaptureMode, DeviceBuffer, LaunchConfig, Module, Stream};
 
@@ -33,21 +35,43 @@ fn main() {
         .collect();
 
     // Through the step API.
-    let mut params = StepParams::new(&ctx, 256).expect("params");
-    let bufs: Vec<Buf<f32>> = (0..=NODES)
-        .map(|_| params.buffer(ELEMS).expect("declare"))
-        .collect();
-    for (p, b) in bufs.iter().zip(&sets[0]) {
-        params.bind(p, b).expect("bind");
-    }
-    let step = Step::new(&stream, params, StepOptions::default(), |s| {
+    let declare = || {
+        let mut params = StepParams::new(&ctx, 256).expect("params");
+        let bufs: Vec<Buf<f32>> = (0..=NODES)
+            .map(|_| params.buffer(ELEMS).expect("declare"))
+            .collect();
+        for (p, b) in bufs.iter().zip(&sets[0]) {
+            params.bind(p, b).expect("bind");
+        }
+        (params, bufs)
+    };
+    let chain = |bufs: &[Buf<f32>], s: &StepScope<'_>| -> graph_rt::Result<()> {
         for k in 0..NODES {
             // SAFETY: add1 over ELEMS floats through slots bound to distinct ELEMS-float buffers.
             unsafe { s.launch(&f, &cfg, (bufs[k].slot(), bufs[k + 1].slot(), ELEMS as i32))? };
         }
         Ok(())
-    })
-    .expect("step");
+    };
+    let (params, bufs) = declare();
+    let step =
+        Step::new(&stream, params, StepOptions::default(), |s| chain(&bufs, s)).expect("step");
+    // The same step under the profiler (re-runnable: decided at once), sampling on.
+    let (params, pbufs) = declare();
+    let options = ProfileOptions {
+        rerunnable: true,
+        ..ProfileOptions::default()
+    };
+    let profiled = Profiled::new(
+        "step bench",
+        &stream,
+        params,
+        StepOptions::default(),
+        options,
+        |s| chain(&pbufs, s),
+    )
+    .expect("profiled");
+    println!("step: profiler: {}", profiled.report());
+    assert_eq!(profiled.mode(), Mode::Graph, "{}", profiled.report());
     assert!(
         matches!(step.mode(), StepMode::Graph { .. }),
         "{:?}",
@@ -77,6 +101,15 @@ fn main() {
     let step_call = |turn: usize| {
         let mut s = step.borrow_mut();
         for (p, buf) in bufs.iter().zip(&sets[turn % 2]) {
+            s.bind(p, buf).expect("bind");
+        }
+        s.run().expect("run");
+    };
+    let profiled = std::cell::RefCell::new(profiled);
+    let (mut e, mut g) = (0usize, 0usize);
+    let profiled_call = |turn: usize| {
+        let mut s = profiled.borrow_mut();
+        for (p, buf) in pbufs.iter().zip(&sets[turn % 2]) {
             s.bind(p, buf).expect("bind");
         }
         s.run().expect("run");
@@ -127,6 +160,20 @@ fn main() {
                 timed(&table_call, d, true)
             }),
         ),
+        (
+            "profiled: bind 201 + run, host",
+            Box::new(|| {
+                e += 1;
+                timed(&profiled_call, e, false)
+            }),
+        ),
+        (
+            "profiled: bind 201 + run, wall",
+            Box::new(|| {
+                g += 1;
+                timed(&profiled_call, g, true)
+            }),
+        ),
     ];
     let m = common::interleave(400, variants);
     let get = |n: &str| m.iter().find(|(k, _)| *k == n).map_or(f64::NAN, |v| v.1);
@@ -137,5 +184,10 @@ fn main() {
         "step: {NODES}-kernel step, every pointer rebound (two sets alternating) ÷ the same graph through ArgTable::launch: host {:.3}×, wall {:.3}×",
         get("step: bind 201 + run, host") / get("table: bind 201 + launch, host"),
         get("step: bind 201 + run, wall") / get("table: bind 201 + launch, wall"),
+    );
+    println!(
+        "step: the same step under the profiler, sampling one call in 64 ÷ the same graph through ArgTable::launch: host {:.3}×, wall {:.3}×",
+        get("profiled: bind 201 + run, host") / get("table: bind 201 + launch, host"),
+        get("profiled: bind 201 + run, wall") / get("table: bind 201 + launch, wall"),
     );
 }

@@ -295,6 +295,18 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Another handle on the same elements, sharing the allocation (for a step's scope, which
     /// hands its closure the buffer bound for the run).
+    /// The buffer of `len` elements at `ptr` inside `alloc` (a handle on it, as
+    /// [`DeviceBuffer::alias`] is): for a binding read back from an argument table, whose
+    /// address and allocation are this buffer's.
+    pub(crate) fn from_parts(ptr: CUdeviceptr, len: usize, alloc: Arc<Allocation>) -> Self {
+        Self {
+            ptr,
+            len,
+            alloc,
+            _t: PhantomData,
+        }
+    }
+
     pub(crate) fn alias(&self) -> Self {
         Self {
             ptr: self.ptr,

@@ -228,6 +228,7 @@ where
     /// Runs the closure eagerly on the step's stream, after an eager refresh of the table.
     /// Returns the first call it made that a capture refuses.
     fn eager_run(&mut self) -> Result<Option<&'static str>> {
+        self.params.materialize()?;
         if !self.params.table.is_empty() {
             self.params.table.refresh(&self.stream)?;
         }
@@ -379,7 +380,8 @@ where
             // table's slot, so another step's parameter).
             self.params.table.bind(&param.slot, buffer)
         } else {
-            self.params.bind(param, buffer)
+            // The closure's handle is rebuilt from the table when it next runs.
+            self.params.bind_lazily(param, buffer)
         }
     }
 
@@ -419,6 +421,7 @@ where
                 "the step keeps no handle on its buffers: make it with StepOptions::recapturable",
             ));
         }
+        self.params.materialize()?;
         let dyn_first = self.params.dynamic()?;
         let options = self.options.clone();
         let (graph, report) = self.capture(&dyn_first, &options)?;

@@ -7,7 +7,9 @@ use bytemuck::Pod;
 use graph_rt_sys::CUdeviceptr;
 
 use crate::discover::Dynamic;
-use crate::driver::{Context, DeviceBuffer};
+use std::sync::Arc;
+
+use crate::driver::{Allocation, Context, DeviceBuffer};
 use crate::error::{Error, Misuse, Result};
 use crate::table::{PtrSlot, ScalarSlot, SlotRef, SlotScalar};
 use crate::{ArgTable, TableOptions};
@@ -107,6 +109,20 @@ pub(super) struct Param {
     pub(super) bound: Option<Bound>,
     /// A stand-in of `len` elements (the second capture's, for discovery).
     pub(super) stand_in: fn(&Context, usize) -> Result<Bound>,
+    /// Elements of the buffer bound last (what `bound` is rebuilt with).
+    pub(super) len: usize,
+    /// The handle the closure sees, rebuilt from the table's current binding.
+    pub(super) rebuild: fn(CUdeviceptr, usize, Arc<Allocation>) -> Bound,
+}
+
+fn rebuild<T: Pod>(ptr: CUdeviceptr, len: usize, alloc: Arc<Allocation>) -> Bound {
+    let b = DeviceBuffer::<T>::from_parts(ptr, len, alloc);
+    Bound {
+        base: ptr,
+        len,
+        bytes: b.num_bytes(),
+        buffer: Box::new(b),
+    }
 }
 
 fn stand_in<T: Pod>(ctx: &Context, len: usize) -> Result<Bound> {
@@ -177,6 +193,8 @@ impl StepParams {
             min_bytes,
             bound: None,
             stand_in: stand_in::<T>,
+            len: 0,
+            rebuild: rebuild::<T>,
         });
         Ok(Buf { slot })
     }
@@ -199,6 +217,43 @@ impl StepParams {
             bytes: buffer.num_bytes(),
             buffer: Box::new(buffer.alias()),
         });
+        self.params[index].len = buffer.len();
+        Ok(())
+    }
+
+    /// [`StepParams::bind`] without the closure's handle: the table binds (and keeps the buffer
+    /// alive), the handle is rebuilt from the table when the closure next runs
+    /// ([`StepParams::materialize`]). A few ns, as a table binding.
+    #[inline]
+    pub(super) fn bind_lazily<T: Pod>(
+        &mut self,
+        param: &Buf<T>,
+        buffer: &DeviceBuffer<T>,
+    ) -> Result<()> {
+        let index = self.index(param, "Step::bind")?;
+        self.table.bind(&param.slot, buffer)?;
+        let p = &mut self.params[index];
+        p.len = buffer.len();
+        p.bound = None;
+        Ok(())
+    }
+
+    /// Rebuilds the closure's handle of every buffer bound lazily since it last ran, from the
+    /// table's current bindings.
+    pub(super) fn materialize(&mut self) -> Result<()> {
+        for (k, p) in self.params.iter_mut().enumerate() {
+            if p.bound.is_some() {
+                continue;
+            }
+            let Some((ptr, alloc)) = self.table.current_buffer(p.slot.index as usize) else {
+                return Err(Error::misuse(
+                    "Step::run",
+                    Misuse::Unbound { slot: k },
+                    format!("declared buffer {k} is not bound to a buffer the step can hand its closure"),
+                ));
+            };
+            p.bound = Some((p.rebuild)(ptr, p.len, alloc));
+        }
         Ok(())
     }
 

@@ -121,6 +121,13 @@ impl ArgTable {
         )
     }
 
+    /// Slot `index`'s current binding: its address and the allocation it keeps alive (`None`
+    /// for a raw address, a scalar, a binding set's slot or a slot never bound).
+    pub(crate) fn current_buffer(&self, index: usize) -> Option<(CUdeviceptr, Arc<Allocation>)> {
+        let alloc = self.ledger.keeps.current(index)?.clone();
+        Some((self.ledger.word(index)?, alloc))
+    }
+
     /// Binds `slot` to the elements of `view` (see [`ArgTable::bind`]).
     pub fn bind_view<T: Pod>(&mut self, slot: &PtrSlot<T>, view: &DeviceView<T>) -> Result<()> {
         self.check_ptr(slot, view.as_raw(), view.len(), "ArgTable::bind_view")?;

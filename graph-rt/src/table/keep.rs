@@ -43,6 +43,16 @@ impl<R> Keeps<R> {
         self.held.push([None, None, None, None]);
     }
 
+    /// What slot `i`'s current binding keeps alive, if it keeps anything (not a raw address, a
+    /// scalar, or a binding set's slot).
+    pub(super) fn current(&self, i: usize) -> Option<&R> {
+        let k = *self.keys.get(i)?.first()?;
+        if k == 0 || k & !PLACE == NOTHING {
+            return None;
+        }
+        self.held[i][k & PLACE].as_ref()
+    }
+
     /// Whether slot `i` was ever bound.
     #[inline]
     pub(super) fn is_bound(&self, i: usize) -> bool {
