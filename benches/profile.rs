@@ -5,13 +5,20 @@
 //! medians and spreads), each mode's cost a call over the expected calls (the graph's one-time
 //! cost amortized), and the chosen mode is compared with the fastest: the regret.
 //!
+//! Then partitioning: a step of four runs of 20 tiny kernels around a segment that synchronizes
+//! with the host, split by the profiler's plan (`Segmented`) and by other plans, each timed on
+//! the host per synchronized call in interleaved rounds: the plan against the best.
+//!
 //! ```text
 //! cargo bench --bench profile     # needs a GPU
 //! ```
 
 use std::process::ExitCode;
 
-use graph_rt::profile::{sweep, Mode, Policy, ProfileOptions, Profiled, Stats, SweepPoint};
+use graph_rt::profile::{
+    sweep, Mode, Part, PartitionPolicy, Policy, ProfileOptions, Profiled, Segment, Segmented,
+    Stats, SweepPoint,
+};
 use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, Function, LaunchConfig, Module, Stream};
 
@@ -23,6 +30,8 @@ const SEED: u64 = 0x6772_6170_682d_7274;
 const POINTS: usize = 24;
 /// Measured rounds (after two of warm-up) per mode.
 const ROUNDS: usize = 15;
+
+mod common;
 
 fn main() -> ExitCode {
     println!("profile: built from {}", graph_rt_dev::BUILT_FROM);
@@ -218,5 +227,106 @@ fn run() -> graph_rt::Result<bool> {
         "profile: chosen ÷ cheaper ≤ 1.03 (or within the spread) at every point, never a losing graph kept: {} (worst regret {worst:.3})",
         if ok { "yes" } else { "no" }
     );
+    partitioning(&ctx, &stream, &f)?;
     Ok(true)
+}
+
+/// Four runs of `per_run` in-place add1 over `buf` around a segment that synchronizes.
+fn segments<'a>(f: &'a Function, buf: &'a DeviceBuffer<f32>, per_run: usize) -> Vec<Segment<'a>> {
+    let cfg = LaunchConfig::for_elements(buf.len(), 256);
+    let n = buf.len() as i32;
+    let run = move |s: &StepScope<'_>| -> graph_rt::Result<()> {
+        for _ in 0..per_run {
+            // SAFETY: add1 in place over the buffer (each thread its own element).
+            unsafe { s.launch(f, &cfg, (buf, buf, n))? };
+        }
+        Ok(())
+    };
+    vec![
+        Segment::new("run 1", run),
+        Segment::new("run 2", run),
+        Segment::new("sync", move |s| {
+            // SAFETY: as above.
+            unsafe { s.launch(f, &cfg, (buf, buf, n))? };
+            s.synchronize()
+        }),
+        Segment::new("run 3", run),
+        Segment::new("run 4", run),
+    ]
+}
+
+fn partitioning(ctx: &Context, stream: &Stream, f: &Function) -> graph_rt::Result<()> {
+    let buf = DeviceBuffer::<f32>::zeroed(ctx, 4096)?;
+    let chosen = Segmented::new(
+        stream,
+        segments(f, &buf, 20),
+        9,
+        &PartitionPolicy::default(),
+    )?;
+    println!(
+        "profile: partitioning (k = 5 segments, 81 kernels a call): the plan {}",
+        chosen.describe()
+    );
+    let part = |start, end, captured| Part {
+        start,
+        end,
+        captured,
+    };
+    let others = [
+        ("all eager", vec![part(0, 5, false)]),
+        (
+            "a graph per run",
+            vec![
+                part(0, 1, true),
+                part(1, 2, true),
+                part(2, 3, false),
+                part(3, 4, true),
+                part(4, 5, true),
+            ],
+        ),
+        (
+            "graphs before the sync only",
+            vec![part(0, 2, true), part(2, 5, false)],
+        ),
+        (
+            "graphs after the sync only",
+            vec![part(0, 3, false), part(3, 5, true)],
+        ),
+    ];
+    let mut plans = vec![("the profiler's plan", chosen)];
+    for (name, parts) in others {
+        plans.push((
+            name,
+            Segmented::with_plan(stream, segments(f, &buf, 20), parts)?,
+        ));
+    }
+    let plans: Vec<(&'static str, std::cell::RefCell<Segmented<'_>>)> = plans
+        .into_iter()
+        .map(|(n, p)| (n, std::cell::RefCell::new(p)))
+        .collect();
+    let variants: Vec<common::Variant> = plans
+        .iter()
+        .map(|(name, p)| -> common::Variant {
+            (
+                name,
+                Box::new(move || {
+                    let t = std::time::Instant::now();
+                    p.borrow_mut().run().expect("run");
+                    stream.synchronize().expect("sync");
+                    t.elapsed().as_secs_f64() * 1e6
+                }),
+            )
+        })
+        .collect();
+    let m = common::interleave(100, variants);
+    let best = m.iter().map(|v| v.1).fold(f64::INFINITY, f64::min);
+    let line: Vec<String> = m.iter().map(|(n, us)| format!("{n} {us:.1}")).collect();
+    println!("profile: partitioning, wall µs per synchronized call (median of 100 interleaved rounds): {}", line.join(" · "));
+    let plan = m[0].1;
+    println!(
+        "profile: partitioning: the profiler's plan ÷ the best plan measured = {:.3}× (≤ 1.03: {})",
+        plan / best,
+        if plan / best <= 1.03 { "yes" } else { "no" }
+    );
+    Ok(())
 }

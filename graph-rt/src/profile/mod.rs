@@ -25,7 +25,8 @@
 //! them on the device).
 //!
 //! [`partition`] splits a step given as segments into graph and eager runs, exactly (dynamic
-//! programming), by time saved minus each graph's one-time cost and a memory charge.
+//! programming), by time saved minus each graph's one-time cost and a memory charge;
+//! [`Segmented`] measures a step's segments on the device, plans and runs the plan.
 //!
 //! Depends on `step`, `driver`, `table`, `timing` and `error`; nothing depends on it.
 
@@ -34,6 +35,7 @@ mod partition;
 mod profiled;
 mod report;
 mod sampler;
+mod segments;
 mod store;
 mod sweep;
 
@@ -41,5 +43,6 @@ pub use decide::{decide, Decision, Mode, ModeCost, Policy, Reason, Stats};
 pub use partition::{partition, Part, PartitionPolicy, Plan, SegmentCost};
 pub use profiled::{ProfileOptions, Profiled};
 pub use report::{summary, ProfileReport, Summary};
+pub use segments::{Segment, SegmentBody, Segmented};
 pub use store::{DecisionKey, DecisionStore, StoredDecision};
 pub use sweep::{sweep, SweepPoint};

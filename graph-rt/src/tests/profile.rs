@@ -5,7 +5,9 @@
 
 use super::chain::{add1, buffers, fresh_input, N};
 use super::{assert_close, capturing_ctx, sanitized, sized};
-use crate::profile::{Mode, Policy, ProfileOptions, Profiled, Reason};
+use crate::profile::{
+    Mode, Part, PartitionPolicy, Policy, ProfileOptions, Profiled, Reason, Segment, Segmented,
+};
 use crate::step::{Buf, EagerReason, StepMode, StepOptions, StepParams, StepScope};
 use crate::{Context, Function, LaunchConfig, Misuse, Stream};
 
@@ -315,4 +317,81 @@ fn a_step_that_cannot_be_captured_runs_eagerly_or_fails_when_strict() {
             (strict, made) => panic!("strict {strict}: {:?}", made.map(|s| s.report().clone())),
         }
     }
+}
+
+/// Segments of a step over one buffer: four runs of `per_run` in-place add1 around a segment
+/// that synchronizes with the host.
+pub(super) fn segments_around_a_sync<'a>(
+    f: &'a Function,
+    buf: &'a crate::DeviceBuffer<f32>,
+    per_run: usize,
+) -> Vec<Segment<'a>> {
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let run = move |s: &StepScope<'_>| -> crate::Result<()> {
+        for _ in 0..per_run {
+            // SAFETY: add1 in place over N floats (each thread its own element).
+            unsafe { s.launch(f, &cfg, (buf, buf, N as i32))? };
+        }
+        Ok(())
+    };
+    vec![
+        Segment::new("run 1", run),
+        Segment::new("run 2", run),
+        Segment::new("sync", move |s| {
+            // SAFETY: as above.
+            unsafe { s.launch(f, &cfg, (buf, buf, N as i32))? };
+            s.synchronize()
+        }),
+        Segment::new("run 3", run),
+        Segment::new("run 4", run),
+    ]
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn tiny_kernel_runs_around_a_synchronizing_segment_are_captured_around_it() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let mut b = buffers(&ctx, 1);
+    let input = fresh_input(&mut b[0]);
+    let buf = &b[0];
+    let mut step = Segmented::new(
+        &stream,
+        segments_around_a_sync(&f, buf, 20),
+        sized(7, 3, 2),
+        &PartitionPolicy::default(),
+    )
+    .unwrap();
+    println!("profile: segments {:?}: {}", step.costs(), step.describe());
+    if !sanitized() {
+        let want = [
+            Part {
+                start: 0,
+                end: 2,
+                captured: true,
+            },
+            Part {
+                start: 2,
+                end: 3,
+                captured: false,
+            },
+            Part {
+                start: 3,
+                end: 5,
+                captured: true,
+            },
+        ];
+        assert_eq!(step.plan().parts, want, "{}", step.describe());
+    }
+    // Every call adds 81 (four runs of 20 and the synchronizing segment's one).
+    stream.synchronize().unwrap();
+    let before = buf.to_vec().unwrap();
+    for _ in 0..5 {
+        step.run().unwrap();
+    }
+    stream.synchronize().unwrap();
+    let want: Vec<f64> = before.iter().map(|&v| v as f64 + 5.0 * 81.0).collect();
+    assert_close(&buf.to_vec().unwrap(), &want, 1e-4);
+    let _ = input;
 }
