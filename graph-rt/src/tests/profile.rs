@@ -101,7 +101,10 @@ fn a_chain_of_tiny_kernels_keeps_its_graph_and_a_second_profiler_reads_the_decis
     let r = step.report().clone();
     println!("profile: {r}");
     let d = r.decision.clone().expect("decided at once");
-    assert_eq!((d.mode, d.reason), (Mode::Graph, Reason::GraphWins), "{r}");
+    // Timings mean nothing under a sanitizer: the decision is checked without one.
+    if !sanitized() {
+        assert_eq!((d.mode, d.reason), (Mode::Graph, Reason::GraphWins), "{r}");
+    }
     assert_eq!(
         r.profiled_calls,
         2 * (options.warm_up + options.samples) as u64
@@ -123,7 +126,7 @@ fn a_chain_of_tiny_kernels_keeps_its_graph_and_a_second_profiler_reads_the_decis
     let r = again.report().clone();
     assert!(r.from_file, "{r}");
     assert_eq!(r.profiled_calls, 0);
-    assert_eq!(again.mode(), Mode::Graph);
+    assert_eq!(again.mode(), d.mode);
     calls_are_right(&mut again, &ctx, &x, &y, 3, KERNELS);
     // A corrupt file: profiled again, with a note.
     std::fs::write(&store, "{ corrupt").unwrap();
@@ -172,15 +175,17 @@ fn one_kernel_over_few_expected_calls_runs_eagerly_and_frees_its_graph() {
     .unwrap();
     let r = step.report().clone();
     println!("profile: {r}");
-    assert_eq!(step.mode(), Mode::Eager, "{r}");
-    assert!(
-        matches!(
-            step.step().mode(),
-            StepMode::Eager(EagerReason::NotWorthIt(_))
-        ),
-        "{:?}",
-        step.step().mode()
-    );
+    if !sanitized() {
+        assert_eq!(step.mode(), Mode::Eager, "{r}");
+        assert!(
+            matches!(
+                step.step().mode(),
+                StepMode::Eager(EagerReason::NotWorthIt(_))
+            ),
+            "{:?}",
+            step.step().mode()
+        );
+    }
     calls_are_right(&mut step, &ctx, &x, &y, 5, 1);
 }
 
