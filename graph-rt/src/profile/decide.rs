@@ -41,13 +41,23 @@ impl fmt::Display for Mode {
 pub struct Stats {
     /// Median µs per call.
     pub median_us: f64,
-    /// Half the interquartile range, µs: the noise of one median.
+    /// Half the interquartile range, µs: how far one call strays.
     pub spread_us: f64,
     /// Samples.
     pub samples: usize,
 }
 
 impl Stats {
+    /// The standard error of the median, µs: 1.2533 σ / √n, σ estimated from the interquartile
+    /// range (IQR / 1.349). The spread itself where the sample count is not known (a median
+    /// read from the decisions file).
+    pub fn median_error_us(&self) -> f64 {
+        match self.samples {
+            0 => self.spread_us,
+            n => 1.2533 * (2.0 * self.spread_us / 1.349) / (n as f64).sqrt(),
+        }
+    }
+
     /// The stats of `samples` (µs per call; non-finite samples left out). `None` without any.
     pub fn of(samples: &[f64]) -> Option<Stats> {
         let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
@@ -88,8 +98,9 @@ pub struct Policy {
     /// Calls the step is expected to make from now on, over which one-time costs are
     /// amortized. Default 1000.
     pub expected_calls: u64,
-    /// A graph must beat eager by more than this many times the two modes' spreads summed.
-    /// Default 1.
+    /// A graph must beat eager by more than this many times the noise of the two medians'
+    /// difference (their standard errors added in quadrature, [`Stats::median_error_us`]).
+    /// Default 2.
     pub noise_factor: f64,
     /// λ, µs: the cost charged for a graph that would hold all of the free device memory (a
     /// graph holding a tenth of it is charged λ / 10). Default 10⁵ µs (0.1 s).
@@ -102,7 +113,7 @@ impl Default for Policy {
     fn default() -> Self {
         Self {
             expected_calls: 1000,
-            noise_factor: 1.0,
+            noise_factor: 2.0,
             memory_penalty_us: 1e5,
             free_memory_bytes: 0,
         }
@@ -153,11 +164,12 @@ pub struct Decision {
 }
 
 /// Decides between `eager` and `graph` (pure): the graph is kept when its median beats
-/// eager's by more than `noise_factor` × the two spreads summed, and the time it saves over
+/// eager's by more than `noise_factor` × the noise of the difference of the two medians, and the time it saves over
 /// the expected calls exceeds its one-time cost plus the memory charge.
 pub fn decide(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> Decision {
     let saving = eager.stats.median_us - graph.stats.median_us;
-    let noise = policy.noise_factor * (eager.stats.spread_us + graph.stats.spread_us);
+    let (e, g) = (eager.stats.median_error_us(), graph.stats.median_error_us());
+    let noise = policy.noise_factor * (e * e + g * g).sqrt();
     let break_even = (saving > 0.0).then(|| (graph.one_time_us / saving).ceil().max(0.0) as u64);
     let memory_charge = match policy.free_memory_bytes {
         0 => 0.0,
@@ -219,12 +231,21 @@ mod tests {
 
     #[test]
     fn a_graph_within_the_noise_is_not_kept() {
+        // Medians of 9 samples 5 µs apart, eager's straying ±10 µs: within twice the noise of
+        // their difference (2 × 6.3 µs).
         let d = decide(
-            &cost(Mode::Eager, 100.0, 4.0, 0.0),
+            &cost(Mode::Eager, 100.0, 10.0, 0.0),
             &cost(Mode::Graph, 95.0, 2.0, 10.0),
             &Policy::default(),
         );
         assert_eq!((d.mode, d.reason), (Mode::Eager, Reason::WithinNoise));
+        // Straying ±3 µs, the same 5 µs are beyond it (2 × 2.2 µs).
+        let d = decide(
+            &cost(Mode::Eager, 100.0, 3.0, 0.0),
+            &cost(Mode::Graph, 95.0, 2.0, 10.0),
+            &Policy::default(),
+        );
+        assert_eq!(d.mode, Mode::Graph);
         let slower = decide(
             &cost(Mode::Eager, 10.0, 0.1, 0.0),
             &cost(Mode::Graph, 27.0, 0.1, 10.0),

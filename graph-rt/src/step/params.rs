@@ -22,12 +22,15 @@ use crate::{ArgTable, TableOptions};
 /// reads): the step it belongs to is the slot's table.
 pub struct Buf<T> {
     pub(super) slot: PtrSlot<T>,
+    // Its place among the step's declared buffers.
+    index: u32,
 }
 
 impl<T> Clone for Buf<T> {
     fn clone(&self) -> Self {
         Self {
             slot: self.slot.clone(),
+            index: self.index,
         }
     }
 }
@@ -109,8 +112,6 @@ pub(super) struct Param {
     pub(super) bound: Option<Bound>,
     /// A stand-in of `len` elements (the second capture's, for discovery).
     pub(super) stand_in: fn(&Context, usize) -> Result<Bound>,
-    /// Elements of the buffer bound last (what `bound` is rebuilt with).
-    pub(super) len: usize,
     /// The handle the closure sees, rebuilt from the table's current binding.
     pub(super) rebuild: fn(CUdeviceptr, usize, Arc<Allocation>) -> Bound,
 }
@@ -144,6 +145,10 @@ pub struct StepParams {
     pub(super) params: Vec<Param>,
     /// Per slot of the table, its buffer's place in `params` (`None`: a scalar).
     by_slot: Vec<Option<usize>>,
+    /// Per declared buffer, the elements of the buffer bound last.
+    lens: Vec<usize>,
+    /// Whether every `bound` is the table's current binding (else `materialize` rebuilds).
+    materialized: bool,
 }
 
 impl std::fmt::Debug for StepParams {
@@ -168,6 +173,8 @@ impl StepParams {
             table: ArgTable::new(ctx, options)?,
             params: Vec::new(),
             by_slot: Vec::new(),
+            lens: Vec::new(),
+            materialized: true,
         })
     }
 
@@ -188,15 +195,18 @@ impl StepParams {
         let slot = self.table.ptr_slot_with::<T>(16, min_len)?;
         self.by_slot.resize(slot.index as usize + 1, None);
         self.by_slot[slot.index as usize] = Some(self.params.len());
+        self.lens.push(0);
         self.params.push(Param {
             slot: slot.erased(),
             min_bytes,
             bound: None,
             stand_in: stand_in::<T>,
-            len: 0,
             rebuild: rebuild::<T>,
         });
-        Ok(Buf { slot })
+        Ok(Buf {
+            slot,
+            index: (self.params.len() - 1) as u32,
+        })
     }
 
     /// Declares a scalar that changes between calls.
@@ -217,7 +227,7 @@ impl StepParams {
             bytes: buffer.num_bytes(),
             buffer: Box::new(buffer.alias()),
         });
-        self.params[index].len = buffer.len();
+        self.lens[index] = buffer.len();
         Ok(())
     }
 
@@ -230,21 +240,22 @@ impl StepParams {
         param: &Buf<T>,
         buffer: &DeviceBuffer<T>,
     ) -> Result<()> {
-        let index = self.index(param, "Step::bind")?;
+        // The table refuses another table's slot: `param` is one of these parameters.
         self.table.bind(&param.slot, buffer)?;
-        let p = &mut self.params[index];
-        p.len = buffer.len();
-        p.bound = None;
+        if let Some(len) = self.lens.get_mut(param.index as usize) {
+            *len = buffer.len();
+        }
+        self.materialized = false;
         Ok(())
     }
 
     /// Rebuilds the closure's handle of every buffer bound lazily since it last ran, from the
     /// table's current bindings.
     pub(super) fn materialize(&mut self) -> Result<()> {
+        if self.materialized {
+            return Ok(());
+        }
         for (k, p) in self.params.iter_mut().enumerate() {
-            if p.bound.is_some() {
-                continue;
-            }
             let Some((ptr, alloc)) = self.table.current_buffer(p.slot.index as usize) else {
                 return Err(Error::misuse(
                     "Step::run",
@@ -252,8 +263,9 @@ impl StepParams {
                     format!("declared buffer {k} is not bound to a buffer the step can hand its closure"),
                 ));
             };
-            p.bound = Some((p.rebuild)(ptr, p.len, alloc));
+            p.bound = Some((p.rebuild)(ptr, self.lens[k], alloc));
         }
+        self.materialized = true;
         Ok(())
     }
 
@@ -286,6 +298,7 @@ impl StepParams {
     /// what it was captured with as long as it lives).
     pub(super) fn forget_bound(&mut self) {
         self.params.iter_mut().for_each(|p| p.bound = None);
+        self.materialized = false;
     }
 
     /// The buffers bound now, as discovery's dynamic ranges (the bytes the kernels read).
