@@ -33,7 +33,19 @@ const ROUNDS: usize = 15;
 
 mod common;
 
+/// Set in the child process that reads the parent's decisions file.
+const CHILD: &str = "GRAPH_RT_PROFILE_CHILD";
+
 fn main() -> ExitCode {
+    if let Some(file) = std::env::var_os(CHILD) {
+        return match child(std::path::Path::new(&file)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("profile (child): {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     println!("profile: built from {}", graph_rt_dev::BUILT_FROM);
     match run() {
         Ok(true) => ExitCode::SUCCESS,
@@ -231,7 +243,105 @@ fn run() -> graph_rt::Result<bool> {
         if ok { "yes" } else { "no" }
     );
     partitioning(&ctx, &stream, &f)?;
-    Ok(true)
+    let second = second_process(&ctx, &stream, &f)?;
+    Ok(second)
+}
+
+/// The step the two processes share: 40 tiny kernels.
+const SHARED: SweepPoint = SweepPoint {
+    kernels: 40,
+    elements: 4096,
+    expected_calls: 1000,
+    copy_bytes: 0,
+};
+
+/// A profiled step of [`SHARED`] with its decisions in `file`.
+fn shared_step<'a>(
+    stream: &Stream,
+    f: &'a Function,
+    bufs: &'a Bufs,
+    scratch: &'a std::cell::RefCell<(DeviceBuffer<u8>, DeviceBuffer<u8>)>,
+    p: StepParams,
+    file: &std::path::Path,
+) -> graph_rt::Result<Profiled<impl FnMut(&StepScope<'_>) -> graph_rt::Result<()> + 'a>> {
+    let options = ProfileOptions {
+        rerunnable: true,
+        store: Some(file.to_owned()),
+        ..ProfileOptions::default()
+    };
+    Profiled::new(
+        "two processes",
+        stream,
+        p,
+        StepOptions::default(),
+        options,
+        body(f, SHARED, bufs, scratch),
+    )
+}
+
+/// Decides a step here, then runs this bench again as a child process on the same decisions
+/// file: the child's decision must come from the file, nothing profiled.
+fn second_process(ctx: &Context, stream: &Stream, f: &Function) -> graph_rt::Result<bool> {
+    let file = std::env::temp_dir().join(format!(
+        "graph-rt-profile-bench-{}.json",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&file);
+    let scratch = std::cell::RefCell::new((
+        DeviceBuffer::<u8>::zeroed(ctx, 1)?,
+        DeviceBuffer::<u8>::zeroed(ctx, 1)?,
+    ));
+    let (p, bufs) = params(ctx, SHARED)?;
+    let first = shared_step(stream, f, &bufs, &scratch, p, &file)?;
+    println!("profile: first process: {}", first.report());
+    drop(first);
+    let exe = std::env::current_exe().map_err(|e| graph_rt::Error::InvalidArgument {
+        call: "profile bench",
+        reason: format!("no path to this bench: {e}"),
+    })?;
+    let out = std::process::Command::new(exe)
+        .env(CHILD, &file)
+        .output()
+        .map_err(|e| graph_rt::Error::InvalidArgument {
+            call: "profile bench",
+            reason: format!("cannot run the child process: {e}"),
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines() {
+        println!("profile: second process: {line}");
+    }
+    let _ = std::fs::remove_file(&file);
+    let from_file = out.status.success() && text.contains("from the file: yes");
+    println!(
+        "profile: second process: decision from the file, nothing profiled: {}",
+        if from_file { "yes" } else { "no" }
+    );
+    Ok(from_file)
+}
+
+/// The child: the same step on the parent's decisions file.
+fn child(file: &std::path::Path) -> graph_rt::Result<()> {
+    let ctx = Context::new(0)?;
+    let stream = Stream::new(&ctx)?;
+    let f = Module::from_ptx(&ctx, graph_rt::kernels::CHAIN.ptx)?.function("add1")?;
+    let scratch = std::cell::RefCell::new((
+        DeviceBuffer::<u8>::zeroed(&ctx, 1)?,
+        DeviceBuffer::<u8>::zeroed(&ctx, 1)?,
+    ));
+    let (p, bufs) = params(&ctx, SHARED)?;
+    let step = shared_step(&stream, &f, &bufs, &scratch, p, file)?;
+    let r = step.report();
+    println!("{r}");
+    println!(
+        "from the file: {}, profiled calls {}",
+        if r.from_file && r.profiled_calls == 0 {
+            "yes"
+        } else {
+            "no"
+        },
+        r.profiled_calls
+    );
+    Ok(())
 }
 
 /// Four runs of `per_run` in-place add1 over `buf` around a segment that synchronizes.
