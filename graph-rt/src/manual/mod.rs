@@ -5,7 +5,7 @@
 //! The crate to depend on is `graph-rt` (this one): the core at its root
 //! (`graph_rt::Context`, `graph_rt::ArgTable`, …), the features in modules ([`crate::table`],
 //! [`crate::triton`], [`crate::foreign`], [`crate::cublas`], [`crate::choose`],
-//! [`crate::calibrate`]), the raw driver bindings as [`crate::sys`], the shipped kernels as
+//! [`crate::calibrate`], [`crate::step`], [`crate::profile`]), the raw driver bindings as [`crate::sys`], the shipped kernels as
 //! [`crate::kernels`] and the PTX pass as [`crate::ptx`].
 //!
 //! The examples of these chapters are compiled by `cargo test --doc` but not run (they need a
@@ -32,6 +32,8 @@
 //!    of rebinding mechanism for a graph.
 //! 7. [Steps](crate::manual::step): one closure of cuBLAS, Triton and graph-rt kernels captured
 //!    once and replayed with one call, its buffers and scalars rebound every call.
+//! 8. [The profiler](crate::manual::profile): keep a step's graph only where it beats eager,
+//!    decisions kept across processes, drift watched; a step split into graph and eager runs.
 //!
 //! # Rebinding: which mechanism for which kernels
 //!
@@ -46,6 +48,7 @@ pub mod basics;
 pub mod capture;
 pub mod choose;
 pub mod foreign;
+pub mod profile;
 pub mod step;
 pub mod table;
 pub mod triton;
