@@ -149,15 +149,19 @@ where
                 ));
             }
         }
+        self.start_profiling()
+    }
+
+    /// Profiles now (re-runnable) or over the next calls.
+    fn start_profiling(&mut self) -> Result<()> {
         if self.options.rerunnable {
-            self.profile_now()
-        } else {
-            self.state = State::Sampling {
-                next: 0,
-                pending: Vec::new(),
-            };
-            Ok(())
+            return self.profile_now();
         }
+        self.state = State::Sampling {
+            next: 0,
+            pending: Vec::new(),
+        };
+        Ok(())
     }
 
     /// The step could not be captured: eager (or the error, strict).
@@ -401,15 +405,7 @@ where
         };
         self.report.one_time_us = build.us;
         self.report.memory_bytes = build.memory_bytes;
-        if self.options.rerunnable {
-            self.profile_now()
-        } else {
-            self.state = State::Sampling {
-                next: 0,
-                pending: Vec::new(),
-            };
-            Ok(())
-        }
+        self.start_profiling()
     }
 
     /// The mode calls run in now (while profiling from real calls: the graph's turn or
