@@ -67,17 +67,25 @@ fn run_rounds<E, F: FnMut() -> Result<f64, E>>(
 }
 
 /// The median of `v` (the mean of the middle two for an even count; NaN when empty).
-pub fn median(mut v: Vec<f64>) -> f64 {
+pub fn median(v: Vec<f64>) -> f64 {
+    quantiles(v, &[0.5])[0]
+}
+
+/// The quantiles `qs` (each in 0–1) of `v`, interpolated linearly between the sorted samples
+/// (the median of an even count is the mean of the middle two); NaN for each when `v` is empty.
+/// The profiler's medians and spreads, and every median here, come from it.
+pub fn quantiles(mut v: Vec<f64>, qs: &[f64]) -> Vec<f64> {
     if v.is_empty() {
-        return f64::NAN;
+        return vec![f64::NAN; qs.len()];
     }
     v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 0 {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    }
+    qs.iter()
+        .map(|&q| {
+            let pos = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
+            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
+        })
+        .collect()
 }
 
 #[cfg(test)]

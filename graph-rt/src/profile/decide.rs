@@ -60,20 +60,16 @@ impl Stats {
 
     /// The stats of `samples` (µs per call; non-finite samples left out). `None` without any.
     pub fn of(samples: &[f64]) -> Option<Stats> {
-        let mut v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
-        if v.is_empty() {
+        let v: Vec<f64> = samples.iter().copied().filter(|x| x.is_finite()).collect();
+        let n = v.len();
+        if n == 0 {
             return None;
         }
-        v.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            let pos = q * (v.len() - 1) as f64;
-            let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-            v[lo] + (v[hi] - v[lo]) * (pos - lo as f64)
-        };
+        let q = crate::timing::quantiles(v, &[0.25, 0.5, 0.75]);
         Some(Stats {
-            median_us: at(0.5),
-            spread_us: (at(0.75) - at(0.25)) / 2.0,
-            samples: v.len(),
+            median_us: q[1],
+            spread_us: (q[2] - q[0]) / 2.0,
+            samples: n,
         })
     }
 }
