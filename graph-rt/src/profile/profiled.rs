@@ -419,6 +419,7 @@ where
     }
 
     /// Binds `buffer` to `param` for the calls that follow, as [`Step::bind`].
+    #[inline]
     pub fn bind<T: bytemuck::Pod>(
         &mut self,
         param: &Buf<T>,

@@ -22,15 +22,12 @@ use crate::{ArgTable, TableOptions};
 /// reads): the step it belongs to is the slot's table.
 pub struct Buf<T> {
     pub(super) slot: PtrSlot<T>,
-    // Its place among the step's declared buffers.
-    index: u32,
 }
 
 impl<T> Clone for Buf<T> {
     fn clone(&self) -> Self {
         Self {
             slot: self.slot.clone(),
-            index: self.index,
         }
     }
 }
@@ -145,7 +142,8 @@ pub struct StepParams {
     pub(super) params: Vec<Param>,
     /// Per slot of the table, its buffer's place in `params` (`None`: a scalar).
     by_slot: Vec<Option<usize>>,
-    /// Per declared buffer, the elements of the buffer bound last.
+    /// Per declared buffer, its declared length (elements): the length of the closure's handle
+    /// rebuilt from the table.
     lens: Vec<usize>,
     /// Whether every `bound` is the table's current binding (else `materialize` rebuilds).
     materialized: bool,
@@ -195,7 +193,7 @@ impl StepParams {
         let slot = self.table.ptr_slot_with::<T>(16, min_len)?;
         self.by_slot.resize(slot.index as usize + 1, None);
         self.by_slot[slot.index as usize] = Some(self.params.len());
-        self.lens.push(0);
+        self.lens.push(min_len);
         self.params.push(Param {
             slot: slot.erased(),
             min_bytes,
@@ -203,10 +201,7 @@ impl StepParams {
             stand_in: stand_in::<T>,
             rebuild: rebuild::<T>,
         });
-        Ok(Buf {
-            slot,
-            index: (self.params.len() - 1) as u32,
-        })
+        Ok(Buf { slot })
     }
 
     /// Declares a scalar that changes between calls.
@@ -227,13 +222,13 @@ impl StepParams {
             bytes: buffer.num_bytes(),
             buffer: Box::new(buffer.alias()),
         });
-        self.lens[index] = buffer.len();
         Ok(())
     }
 
     /// [`StepParams::bind`] without the closure's handle: the table binds (and keeps the buffer
     /// alive), the handle is rebuilt from the table when the closure next runs
-    /// ([`StepParams::materialize`]). A few ns, as a table binding.
+    /// ([`StepParams::materialize`]), with the declared length (what the step's kernels may
+    /// read). As fast as a table binding.
     #[inline]
     pub(super) fn bind_lazily<T: Pod>(
         &mut self,
@@ -242,9 +237,6 @@ impl StepParams {
     ) -> Result<()> {
         // The table refuses another table's slot: `param` is one of these parameters.
         self.table.bind(&param.slot, buffer)?;
-        if let Some(len) = self.lens.get_mut(param.index as usize) {
-            *len = buffer.len();
-        }
         self.materialized = false;
         Ok(())
     }
