@@ -103,6 +103,13 @@ where
         options: ProfileOptions,
         body: F,
     ) -> Result<Self> {
+        if !(options.drift > 0.0 && options.drift.is_finite()) {
+            return Err(Error::misuse(
+                "Profiled::new",
+                crate::Misuse::Zero { what: "drift" },
+                "the drift threshold is a positive fraction (0.25: a quarter off the profiled median)",
+            ));
+        }
         let step_options = StepOptions {
             recapturable: true,
             ..step_options
@@ -398,7 +405,20 @@ where
     /// Captures again if the graph was freed, and profiles again (the file's decision ignored).
     fn reprofile(&mut self) -> Result<()> {
         if !matches!(self.step.mode(), StepMode::Graph { .. }) {
-            self.step.recapture()?;
+            if let Err(e) = self.step.recapture() {
+                if self.options.strict {
+                    return Err(e);
+                }
+                // Stay as decided; try again only after another `retry_after` calls.
+                self.report
+                    .notes
+                    .push(format!("capturing again failed, staying eager: {e}"));
+                tracing::warn!(step = %self.name, error = %e, "graph-rt: profiler re-capture failed");
+                self.eager_calls = 0;
+                let baseline = self.report.eager.map(|s| s.median_us);
+                self.sampler.reset(baseline);
+                return Ok(());
+            }
         }
         let StepMode::Graph { build, .. } = self.step.mode() else {
             return self.not_captured();
@@ -408,14 +428,19 @@ where
         self.start_profiling()
     }
 
-    /// The mode calls run in now (while profiling from real calls: the graph's turn or
-    /// eager's).
+    /// The mode kept (the decision in force; eager before the first decision). While the step
+    /// profiles from real calls ([`Profiled::is_profiling`]) its calls take turns in both modes.
     pub fn mode(&self) -> Mode {
         self.report
             .decision
             .as_ref()
             .map(|d| d.mode)
             .unwrap_or(Mode::Eager)
+    }
+
+    /// Whether the step is profiling from real calls (its modes taking turns).
+    pub fn is_profiling(&self) -> bool {
+        matches!(self.state, State::Sampling { .. })
     }
 
     /// Binds `buffer` to `param` for the calls that follow, as [`Step::bind`].

@@ -1,5 +1,6 @@
-//! Production sampling of a kept mode: one call in `every` timed between two events, read at
-//! the next sampled call if they have completed (never waited for), the last eight kept; a
+//! Production sampling of a kept mode: one call in `every` timed between two events when the
+//! stream is idle before it (as the profile was measured), read at the next sampled call if
+//! they have completed (never waited for), the last eight kept; a
 //! median off the profiled one by more than `drift`, either way, asks for profiling again.
 
 use std::collections::VecDeque;
@@ -44,6 +45,10 @@ impl Sampler {
         self.baseline = baseline;
         self.window.clear();
         self.calls = 0;
+        // A sample in flight is of the old decision's mode: its events are reused, unread.
+        if let Some(pair) = self.pending.take().or_else(|| self.open.take()) {
+            self.spare = Some(pair);
+        }
     }
 
     /// Before a call: whether this call is sampled (its start event recorded). Reads the last
@@ -66,6 +71,11 @@ impl Sampler {
                 self.window.push_back(us);
             }
             self.spare = Some((start, end));
+        }
+        // Sampled only from an idle stream, as the profile was measured (right after a
+        // synchronize): a call queued behind earlier work hides its launch cost.
+        if !stream.inner().is_idle()? {
+            return Ok(false);
         }
         let pair = match self.spare.take() {
             Some(p) => p,

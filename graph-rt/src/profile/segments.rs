@@ -109,8 +109,8 @@ fn time(step: &mut Step<SegmentBody<'_>>, stream: &Stream, calls: usize) -> Resu
 
 impl<'a> Segmented<'a> {
     /// Measures each of `segments` eagerly and captured alone (`samples` calls each; the
-    /// segments must be re-runnable), plans with `policy` and builds the plan's runs on
-    /// `stream`.
+    /// segments must be re-runnable), plans with `policy` (its launch and instantiation costs
+    /// replaced by an empty graph's, measured) and builds the plan's runs on `stream`.
     pub fn new(
         stream: &Stream,
         segments: Vec<Segment<'a>>,
@@ -155,6 +155,24 @@ impl<'a> Segmented<'a> {
             });
         }
         let mut policy = *policy;
+        // Each segment's graph was measured whole: its launch and its instantiation are in its
+        // figures. Measured on an empty graph, they are taken out of each segment and charged
+        // once a graph instead (the policy's own figures where an empty graph cannot be made).
+        if let Ok(mut empty) = step_over(stream, &shared, 0..0, false) {
+            if let StepMode::Graph { build, .. } = empty.mode() {
+                let instantiate = build.us;
+                if let Ok(launch) = time(&mut empty, stream, samples) {
+                    policy.launch_us = launch.median_us;
+                    policy.instantiate_us = instantiate;
+                    for c in &mut costs {
+                        if let Some(us) = &mut c.captured_us {
+                            *us = (*us - launch.median_us).max(0.0);
+                        }
+                        c.one_time_us = (c.one_time_us - instantiate).max(0.0);
+                    }
+                }
+            }
+        }
         if policy.free_memory_bytes == 0 {
             policy.free_memory_bytes = stream.context().memory_info()?.0 as u64;
         }

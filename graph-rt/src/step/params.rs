@@ -212,16 +212,19 @@ impl StepParams {
     }
 
     /// Binds `buffer` to `param` for the calls that follow (kept alive while a replay may read
-    /// it, whatever the caller drops).
+    /// it, whatever the caller drops). The closure's [`StepScope::buffer`](super::StepScope::buffer)
+    /// gives it with the declared length, whatever its own.
     pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
         let index = self.index(param, "StepParams::bind")?;
         self.table.bind(&param.slot, buffer)?;
-        self.params[index].bound = Some(Bound {
-            base: buffer.as_raw(),
-            len: buffer.len(),
-            bytes: buffer.num_bytes(),
-            buffer: Box::new(buffer.alias()),
-        });
+        // The closure sees the declared length (what the step's kernels may read), as it does
+        // when its handles are rebuilt from the table: every run does the same work.
+        let p = &mut self.params[index];
+        p.bound = Some((p.rebuild)(
+            buffer.as_raw(),
+            self.lens[index],
+            buffer.allocation().clone(),
+        ));
         Ok(())
     }
 
