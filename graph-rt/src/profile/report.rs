@@ -130,6 +130,8 @@ pub struct Summary {
     pub graphed_share: f64,
     /// For the time not graphed: each reason code and its share of the total.
     pub not_graphed: Vec<(String, f64)>,
+    /// Steps whose time is not known (not captured, so never measured): not in the shares.
+    pub unmeasured: Vec<String>,
     /// The table for people.
     pub table: String,
     /// The same as JSON.
@@ -157,6 +159,11 @@ pub fn summary(reports: &[&ProfileReport]) -> Summary {
             None => not_graphed.push((code, share(time(r)))),
         }
     }
+    let unmeasured: Vec<String> = reports
+        .iter()
+        .filter(|r| r.kept_us().is_none())
+        .map(|r| r.step.clone())
+        .collect();
     let mut table = String::from("step             key      mode   reason           figures\n");
     for r in reports {
         table += &format!("{r}\n");
@@ -165,14 +172,22 @@ pub fn summary(reports: &[&ProfileReport]) -> Summary {
     for (code, s) in &not_graphed {
         table += &format!(" · eager ({code}): {:.1}%", 100.0 * s);
     }
+    if !unmeasured.is_empty() {
+        table += &format!(
+            " · not measured (not in the shares): {}",
+            unmeasured.join(", ")
+        );
+    }
     let json = json!({
         "graphed_share": share(graphed),
         "not_graphed": not_graphed.iter().map(|(c, s)| json!({"reason": c, "share": s})).collect::<Vec<_>>(),
         "steps": reports.iter().map(|r| r.to_json()).collect::<Vec<_>>(),
+        "unmeasured": unmeasured,
     });
     Summary {
         graphed_share: share(graphed),
         not_graphed,
+        unmeasured,
         table,
         json,
     }
@@ -229,5 +244,19 @@ mod tests {
         );
         assert_eq!(s.json["steps"].as_array().map(|v| v.len()), Some(2));
         assert_eq!(s.json["steps"][0]["reason"], "graph-wins");
+        assert!(s.unmeasured.is_empty());
+        // A step never measured (not captured) is named, not counted in the shares.
+        let mut c = ProfileReport::new("sync", "");
+        c.decision = Some(Decision {
+            mode: Mode::Eager,
+            reason: Reason::NotCaptured,
+            saving_us: 0.0,
+            break_even_calls: None,
+        });
+        c.calls = 100;
+        let s = summary(&[&a, &b, &c]);
+        assert!((s.graphed_share - 0.3).abs() < 1e-12);
+        assert_eq!(s.unmeasured, ["sync"]);
+        assert!(s.table.contains("not measured"), "{}", s.table);
     }
 }

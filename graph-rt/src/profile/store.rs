@@ -104,7 +104,9 @@ impl DecisionStore {
     }
 
     /// Records `decision` for `key` (replacing the step and key's entries) and writes the file
-    /// atomically.
+    /// atomically, over what the file holds now (other steps' decisions written since this
+    /// store was opened are kept; two processes writing at the same instant may still lose one
+    /// of their entries: there is no file lock).
     pub fn put(
         &mut self,
         key: DecisionKey,
@@ -112,6 +114,11 @@ impl DecisionStore {
         eager_us: f64,
         graph_us: f64,
     ) -> Result<()> {
+        if let Ok(text) = std::fs::read_to_string(&self.path) {
+            if let Ok(now) = parse(&text) {
+                self.entries = now;
+            }
+        }
         self.entries
             .retain(|e| !(e.key.step == key.step && e.key.key == key.key));
         self.entries.push(StoredDecision {
@@ -152,9 +159,11 @@ impl DecisionStore {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self
             .path
-            .with_extension(format!("tmp.{}", std::process::id()));
+            .with_extension(format!("tmp.{}.{n}", std::process::id()));
         std::fs::write(&tmp, text).map_err(io)?;
         std::fs::rename(&tmp, &self.path).map_err(io)?;
         self.warning = None;
@@ -276,6 +285,21 @@ mod tests {
             store.put(key("decode"), &graph_wins(), 1.0, 0.5).unwrap();
             assert!(DecisionStore::open(&path).warning.is_none());
         }
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn two_stores_on_one_file_keep_each_others_decisions() {
+        let path = temp("two-stores");
+        let (mut a, mut b) = (DecisionStore::open(&path), DecisionStore::open(&path));
+        a.put(key("decode"), &graph_wins(), 100.0, 40.0).unwrap();
+        b.put(key("prefill"), &graph_wins(), 80.0, 30.0).unwrap();
+        let both = DecisionStore::open(&path);
+        assert!(
+            both.get(&key("decode")).is_some(),
+            "b's write kept a's decision"
+        );
+        assert!(both.get(&key("prefill")).is_some());
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
 
