@@ -289,6 +289,44 @@ mod tests {
     }
 
     #[test]
+    fn any_mangled_file_opens_without_a_panic() {
+        let path = temp("mangled");
+        let mut store = DecisionStore::open(&path);
+        store
+            .put(key("decode"), &graph_wins(), 100.0, 40.0)
+            .unwrap();
+        let good = std::fs::read(&path).unwrap();
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for _ in 0..500 {
+            let mut bytes = good.clone();
+            for _ in 0..1 + next() % 4 {
+                if bytes.is_empty() {
+                    break;
+                }
+                let i = (next() as usize) % bytes.len();
+                match next() % 3 {
+                    0 => bytes[i] = next() as u8,
+                    1 => {
+                        bytes.remove(i);
+                    }
+                    _ => bytes.truncate(i),
+                }
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            let opened = DecisionStore::open(&path);
+            // Either a usable store or an empty one with a warning: never a panic.
+            assert!(opened.warning.is_some() || opened.entries.len() <= 1);
+        }
+        let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
     fn two_stores_on_one_file_keep_each_others_decisions() {
         let path = temp("two-stores");
         let (mut a, mut b) = (DecisionStore::open(&path), DecisionStore::open(&path));

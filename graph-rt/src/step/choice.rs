@@ -107,9 +107,11 @@ pub(super) fn decide(
     }
 }
 
-/// A fingerprint of captured work, the same in every process for the same work: each kernel
-/// node's kernel (by name, `cuFuncGetName`) and launch dimensions, in order (FNV-1a).
-pub(super) fn fingerprint(snapshots: &[KernelSnapshot]) -> u64 {
+/// A fingerprint of captured work, the same in every process for the same work: how many nodes
+/// of each kind the graph has (`kinds`, any order), then each kernel node's kernel (by name,
+/// `cuFuncGetName`) and launch dimensions, in order (FNV-1a). By-value arguments are not in it
+/// (a table form's slot addresses differ from process to process).
+pub(super) fn fingerprint(snapshots: &[KernelSnapshot], kinds: &[crate::graph::NodeKind]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
         for &b in bytes {
@@ -117,6 +119,19 @@ pub(super) fn fingerprint(snapshots: &[KernelSnapshot]) -> u64 {
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
     };
+    let mut counts: Vec<(String, u64)> = Vec::new();
+    for k in kinds {
+        let name = format!("{k:?}");
+        match counts.iter_mut().find(|(n, _)| *n == name) {
+            Some(c) => c.1 += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    counts.sort();
+    for (name, n) in &counts {
+        eat(name.as_bytes());
+        eat(&n.to_le_bytes());
+    }
     eat(&(snapshots.len() as u64).to_le_bytes());
     for s in snapshots {
         let name = crate::driver::kernel_name(s.func).unwrap_or_default();

@@ -119,8 +119,9 @@ pub enum StepMode {
         /// The cost model's prediction and the mix applied, when the step was given a model
         /// ([`StepOptions::cost_model`]).
         mix: Option<MixReport>,
-        /// A fingerprint of the captured work: its kernel nodes' kernels (by name) and launch
-        /// dimensions, in order — the same in every process for the same work.
+        /// A fingerprint of the captured work: its nodes of each kind, its kernel nodes' kernels
+        /// (by name) and launch dimensions in order — the same in every process for the same
+        /// work.
         fingerprint: u64,
         /// What capturing, instantiating and uploading the graph cost.
         build: BuildCost,
@@ -309,7 +310,12 @@ where
         } else {
             None
         };
-        let fingerprint = choice::fingerprint(&snapshots);
+        let kinds = first
+            .nodes()?
+            .into_iter()
+            .map(|n| first.node_kind(n))
+            .collect::<Result<Vec<_>>>()?;
+        let fingerprint = choice::fingerprint(&snapshots, &kinds);
         drop(snapshots);
         let exec = first.instantiate_with(&InstantiateOptions {
             upload: Some(&self.stream),

@@ -295,3 +295,5 @@ pub(super) fn finished_by(ack: u64) -> u64 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod timings;
