@@ -6,3 +6,5 @@
 /// The commit the examples and benches were built from (`+changes` when tracked files differed
 /// from it; `unknown` without git), as the build script found it.
 pub const BUILT_FROM: &str = env!("GRAPH_RT_DEV_COMMIT");
+
+pub mod decode;
