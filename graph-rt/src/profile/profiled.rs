@@ -103,11 +103,11 @@ where
         options: ProfileOptions,
         body: F,
     ) -> Result<Self> {
-        if !(options.drift > 0.0 && options.drift.is_finite()) {
+        if options.sample_every > 0 && !(options.drift >= 0.01 && options.drift.is_finite()) {
             return Err(Error::misuse(
                 "Profiled::new",
                 crate::Misuse::Zero { what: "drift" },
-                "the drift threshold is a positive fraction (0.25: a quarter off the profiled median)",
+                "the drift threshold is a fraction of at least 0.01 (0.25: a quarter above the profiled median)",
             ));
         }
         let step_options = StepOptions {
@@ -406,17 +406,25 @@ where
     fn reprofile(&mut self) -> Result<()> {
         if !matches!(self.step.mode(), StepMode::Graph { .. }) {
             if let Err(e) = self.step.recapture() {
-                if self.options.strict {
-                    return Err(e);
-                }
-                // Stay as decided; try again only after another `retry_after` calls.
-                self.report
-                    .notes
-                    .push(format!("capturing again failed, staying eager: {e}"));
-                tracing::warn!(step = %self.name, error = %e, "graph-rt: profiler re-capture failed");
+                // Stay as decided, counting afresh: no attempt again before `retry_after` calls
+                // or a new drift measured from now.
                 self.eager_calls = 0;
                 let baseline = self.report.eager.map(|s| s.median_us);
                 self.sampler.reset(baseline);
+                let capture_failed = matches!(e, Error::Capture { .. })
+                    || matches!(
+                        e.misuse_kind(),
+                        Some(crate::Misuse::StepChanged | crate::Misuse::CaptureRefused { .. })
+                    );
+                if self.options.strict || !capture_failed {
+                    return Err(e);
+                }
+                if self.report.notes.len() < 32 {
+                    self.report
+                        .notes
+                        .push(format!("capturing again failed, staying eager: {e}"));
+                }
+                tracing::warn!(step = %self.name, error = %e, "graph-rt: profiler re-capture failed");
                 return Ok(());
             }
         }

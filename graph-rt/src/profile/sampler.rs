@@ -1,7 +1,6 @@
-//! Production sampling of a kept mode: one call in `every` timed between two events when the
-//! stream is idle before it (as the profile was measured), read at the next sampled call if
-//! they have completed (never waited for), the last eight kept; a
-//! median off the profiled one by more than `drift`, either way, asks for profiling again.
+//! Production sampling of a kept mode: one call in `every` timed between two events, read at
+//! the next sampled call if they have completed (never waited for), the last eight kept; a
+//! median above the profiled one by more than `drift` asks for profiling again.
 
 use std::collections::VecDeque;
 
@@ -72,11 +71,6 @@ impl Sampler {
             }
             self.spare = Some((start, end));
         }
-        // Sampled only from an idle stream, as the profile was measured (right after a
-        // synchronize): a call queued behind earlier work hides its launch cost.
-        if !stream.inner().is_idle()? {
-            return Ok(false);
-        }
         let pair = match self.spare.take() {
             Some(p) => p,
             None => {
@@ -101,14 +95,15 @@ impl Sampler {
         Ok(())
     }
 
-    /// Whether the last samples' median left the baseline by more than the drift, up or down
-    /// (a step that got faster may now lose its graph's advantage, or a kept-eager step's
-    /// graph may now win).
+    /// Whether the last samples' median rose above the baseline by more than the drift. Only
+    /// upward: a call queued behind earlier work hides its launch cost, so a pipelined loop's
+    /// samples run below a profile measured from an idle stream; a kept-eager step that got
+    /// faster is looked at again after `retry_after` calls, and a graph that got faster still
+    /// wins.
     pub(super) fn drifted(&self) -> bool {
         match self.baseline {
             Some(b) if self.window.len() == WINDOW && b > 0.0 => {
-                let m = median(self.window.iter().copied().collect());
-                m > b * (1.0 + self.drift) || m < b / (1.0 + self.drift)
+                median(self.window.iter().copied().collect()) > b * (1.0 + self.drift)
             }
             _ => false,
         }

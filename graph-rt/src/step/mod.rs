@@ -296,6 +296,14 @@ where
         if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) {
             prelude_options.host_only = true;
         }
+        // The fingerprint of the closure's work, before the prelude adds nodes of its own
+        // (which depend on the mix and the driver, not on the work).
+        let kinds = first
+            .nodes()?
+            .into_iter()
+            .map(|n| first.node_kind(n))
+            .collect::<Result<Vec<_>>>()?;
+        let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let prelude = if patched_words > 0 {
             let slots: Vec<_> = self.params.params.iter().map(|p| p.slot).collect();
             Some(Prelude::install(
@@ -310,12 +318,6 @@ where
         } else {
             None
         };
-        let kinds = first
-            .nodes()?
-            .into_iter()
-            .map(|n| first.node_kind(n))
-            .collect::<Result<Vec<_>>>()?;
-        let fingerprint = choice::fingerprint(&snapshots, &kinds);
         drop(snapshots);
         let exec = first.instantiate_with(&InstantiateOptions {
             upload: Some(&self.stream),

@@ -220,11 +220,11 @@ impl StepParams {
         // The closure sees the declared length (what the step's kernels may read), as it does
         // when its handles are rebuilt from the table: every run does the same work.
         let p = &mut self.params[index];
-        p.bound = Some((p.rebuild)(
-            buffer.as_raw(),
-            self.lens[index],
-            buffer.allocation().clone(),
-        ));
+        let alloc = buffer.allocation().clone();
+        let mut bound = (p.rebuild)(buffer.as_raw(), self.lens[index], alloc);
+        // The copy check covers the whole buffer bound, not only what the kernels read.
+        bound.bytes = bound.bytes.max(buffer.num_bytes());
+        p.bound = Some(bound);
         Ok(())
     }
 
