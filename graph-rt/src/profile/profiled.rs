@@ -213,7 +213,7 @@ where
     }
 
     /// Measures both modes now: warm-up, then rounds in which each mode runs once (the order
-    /// alternating), each call between two events; one synchronization a round.
+    /// alternating), each call from an idle stream between two events.
     fn profile_now(&mut self) -> Result<()> {
         let ctx = self.step.stream().context().clone();
         let rounds = self.options.warm_up + self.options.samples.max(1);
@@ -231,7 +231,10 @@ where
             } else {
                 [Mode::Graph, Mode::Eager]
             };
+            // Each call from an idle stream: neither mode's launch cost hides behind the other's
+            // work.
             for (mode, (start, end)) in order.into_iter().zip([&a, &b]) {
+                self.step.stream().synchronize()?;
                 start.record(self.step.stream())?;
                 self.run_as(mode)?;
                 end.record(self.step.stream())?;
