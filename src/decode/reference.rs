@@ -256,6 +256,41 @@ mod tests {
     }
 
     #[test]
+    fn the_logits_are_the_numpy_models() {
+        // `python3 scripts/decode_reference.py` (NumPy, float64 over the same f32 weights), copied.
+        let want = [
+            (
+                479,
+                -5.4273219784034685,
+                [
+                    0.3375689414439891,
+                    0.09255662113116545,
+                    -0.30389059219272685,
+                ],
+            ),
+            (
+                281,
+                11.265521769066314,
+                [0.9260364674978353, -0.3539525163062052, 1.0317146194855944],
+            ),
+        ];
+        let c = tiny();
+        let mut m = Reference::new(&c, 2);
+        let mut logits = Vec::new();
+        for pos in 0..=3 {
+            logits = m.step(&[7 + pos, 400 - pos], pos);
+        }
+        for (row, (argmax, sum, first)) in logits.iter().zip(want) {
+            assert_eq!(top1_margin(row).0, argmax);
+            let got: f64 = row.iter().map(|&v| v as f64).sum();
+            assert!((got - sum).abs() < 1e-3, "sum {got} vs {sum}");
+            for (g, w) in row.iter().zip(first) {
+                assert!((*g as f64 - w).abs() < 1e-4, "{g} vs {w}");
+            }
+        }
+    }
+
+    #[test]
     fn the_same_tokens_give_the_same_logits() {
         let c = tiny();
         let (mut a, mut b) = (Reference::new(&c, 1), Reference::new(&c, 1));
