@@ -160,31 +160,8 @@ pub fn best_mix(predictions: &[MixPrediction]) -> Option<Mix> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::choose::fixtures::h200;
     use crate::choose::Mechanism::*;
-
-    /// The H200's calibration of session 7 (the choose bench's model lines, µs per replay of
-    /// chains of add1, every pointer rebound).
-    fn h200() -> CostModel {
-        let s = [
-            (TablePdl, 10, 17.0),
-            (TablePdl, 50, 46.3),
-            (TablePdl, 200, 147.1),
-            (TablePdl, 1000, 1006.4),
-            (Table, 10, 22.8),
-            (Table, 50, 74.2),
-            (Table, 200, 271.6),
-            (Table, 1000, 1506.4),
-            (Prelude, 10, 23.9),
-            (Prelude, 50, 72.5),
-            (Prelude, 200, 252.7),
-            (Prelude, 1000, 1537.8),
-            (HostUpdate, 10, 29.6),
-            (HostUpdate, 50, 96.4),
-            (HostUpdate, 200, 369.3),
-            (HostUpdate, 1000, 2621.6),
-        ];
-        CostModel::fit("H200", &s, 1.6e6).unwrap()
-    }
 
     /// The layer stack of the layers bench: 8 × (GEMM, bias + GELU, GEMM, residual), each GEMM
     /// one cuBLAS kernel or two.

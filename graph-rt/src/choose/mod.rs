@@ -7,6 +7,8 @@
 //!
 //! Depends on `error` only.
 
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod mix;
 mod model;
 

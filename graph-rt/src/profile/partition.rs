@@ -146,21 +146,10 @@ pub fn partition(segments: &[SegmentCost], policy: &PartitionPolicy) -> Plan {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
-    /// A small deterministic generator (xorshift).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn f(&mut self, lo: f64, hi: f64) -> f64 {
-            lo + (hi - lo) * (self.next() % 10_000) as f64 / 10_000.0
-        }
-    }
+    use super::*;
 
     fn value_of(parts: &[Part], segments: &[SegmentCost], policy: &PartitionPolicy) -> Option<f64> {
         let mut v = 0.0;
@@ -197,15 +186,17 @@ mod tests {
         best
     }
 
-    fn random_segments(rng: &mut Rng, k: usize) -> Vec<SegmentCost> {
+    fn random_segments(rng: &mut StdRng, k: usize) -> Vec<SegmentCost> {
         (0..k)
             .map(|_| {
-                let eager = rng.f(1.0, 60.0);
+                let eager = rng.random_range(1.0..60.0);
                 SegmentCost {
                     eager_us: eager,
-                    captured_us: (rng.next() % 5 != 0).then(|| eager * rng.f(0.2, 1.3)),
-                    one_time_us: rng.f(5.0, 400.0),
-                    memory_bytes: rng.next() % (64 << 20),
+                    captured_us: rng
+                        .random_bool(0.8)
+                        .then(|| eager * rng.random_range(0.2..1.3)),
+                    one_time_us: rng.random_range(5.0..400.0),
+                    memory_bytes: rng.random_range(0..64u64 << 20),
                 }
             })
             .collect()
@@ -213,15 +204,15 @@ mod tests {
 
     #[test]
     fn the_dynamic_program_finds_what_brute_force_finds() {
-        let mut rng = Rng(0x5eed_1234_abcd_0001);
+        let mut rng = StdRng::seed_from_u64(0x5eed_1234_abcd_0001);
         for case in 0..400 {
             let k = 1 + case % 9;
             let segments = random_segments(&mut rng, k);
             let policy = PartitionPolicy {
-                launch_us: rng.f(0.5, 8.0),
-                instantiate_us: rng.f(0.0, 500.0),
-                expected_calls: 1 + rng.next() % 2000,
-                memory_penalty_us: rng.f(0.0, 1e6),
+                launch_us: rng.random_range(0.5..8.0),
+                instantiate_us: rng.random_range(0.0..500.0),
+                expected_calls: rng.random_range(1..=2000),
+                memory_penalty_us: rng.random_range(0.0..1e6),
                 free_memory_bytes: 1 << 30,
             };
             let plan = partition(&segments, &policy);
@@ -246,7 +237,7 @@ mod tests {
 
     #[test]
     fn k_uncapturable_segments_give_at_most_k_plus_one_graphs_when_capturing_never_loses() {
-        let mut rng = Rng(0x00c0_ffee_0000_0042);
+        let mut rng = StdRng::seed_from_u64(0x00c0_ffee_0000_0042);
         for _ in 0..200 {
             let mut segments = random_segments(&mut rng, 12);
             for s in &mut segments {

@@ -217,6 +217,9 @@ impl StoredDecision {
 
 #[cfg(test)]
 mod tests {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
     use super::*;
 
     fn key(step: &str) -> DecisionKey {
@@ -296,22 +299,16 @@ mod tests {
             .put(key("decode"), &graph_wins(), 100.0, 40.0)
             .unwrap();
         let good = std::fs::read(&path).unwrap();
-        let mut s = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut rng = StdRng::seed_from_u64(0x2545_f491_4f6c_dd1d);
         for _ in 0..500 {
             let mut bytes = good.clone();
-            for _ in 0..1 + next() % 4 {
+            for _ in 0..rng.random_range(1..=4) {
                 if bytes.is_empty() {
                     break;
                 }
-                let i = (next() as usize) % bytes.len();
-                match next() % 3 {
-                    0 => bytes[i] = next() as u8,
+                let i = rng.random_range(0..bytes.len());
+                match rng.random_range(0..3) {
+                    0 => bytes[i] = rng.random(),
                     1 => {
                         bytes.remove(i);
                     }

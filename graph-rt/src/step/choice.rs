@@ -148,21 +148,7 @@ pub(super) fn fingerprint(snapshots: &[KernelSnapshot], kinds: &[crate::graph::N
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::choose::Mechanism::*;
-
-    fn model() -> CostModel {
-        let s = [
-            (TablePdl, 10, 17.0),
-            (TablePdl, 200, 147.1),
-            (Table, 10, 22.8),
-            (Table, 200, 271.6),
-            (Prelude, 10, 23.9),
-            (Prelude, 200, 252.7),
-            (HostUpdate, 10, 29.6),
-            (HostUpdate, 200, 369.3),
-        ];
-        CostModel::fit("test", &s, 1.6e6).unwrap()
-    }
+    use crate::choose::fixtures::{h200, host_updates_cheapest};
 
     fn launched(table_form: bool) -> Vec<Launched> {
         vec![Launched {
@@ -175,7 +161,7 @@ mod tests {
     fn a_stack_of_foreign_kernels_with_a_shipped_one_after_each_prefers_the_prelude_everywhere() {
         use NodeKind::*;
         let kinds: Vec<_> = (0..16).flat_map(|_| [Foreign, Rewritable]).collect();
-        let r = decide(&kinds, &launched(true), &model(), true);
+        let r = decide(&kinds, &launched(true), &h200(), true);
         assert_eq!(r.written, Mix::TableAndPrelude);
         assert_eq!(
             r.applied,
@@ -185,25 +171,14 @@ mod tests {
         let advice = r.advice.expect("advice");
         assert!(advice.contains("prelude everywhere"), "{advice}");
         // Written plain: no advice.
-        let r = decide(&kinds, &launched(false), &model(), true);
+        let r = decide(&kinds, &launched(false), &h200(), true);
         assert_eq!(r.written, Mix::PreludeEverywhere);
         assert_eq!(r.advice, None);
     }
 
     #[test]
     fn host_updates_are_applied_when_predicted_fastest() {
-        // A model where rewriting from the host is cheapest.
-        let s = [
-            (TablePdl, 10, 50.0),
-            (TablePdl, 200, 900.0),
-            (Table, 10, 50.0),
-            (Table, 200, 900.0),
-            (Prelude, 10, 50.0),
-            (Prelude, 200, 900.0),
-            (HostUpdate, 10, 20.0),
-            (HostUpdate, 200, 300.0),
-        ];
-        let m = CostModel::fit("test", &s, 1.6e6).unwrap();
+        let m = host_updates_cheapest();
         let r = decide(&[NodeKind::Foreign; 20], &launched(false), &m, true);
         assert_eq!(r.applied, Mix::HostUpdates);
         assert_eq!(r.advice, None);
@@ -211,12 +186,7 @@ mod tests {
 
     #[test]
     fn a_chain_of_table_forms_keeps_its_form() {
-        let r = decide(
-            &[NodeKind::Rewritable; 200],
-            &launched(true),
-            &model(),
-            true,
-        );
+        let r = decide(&[NodeKind::Rewritable; 200], &launched(true), &h200(), true);
         assert_eq!(r.applied, Mix::TableAndPrelude);
         assert_eq!(r.advice, None, "{:?}", r.predicted);
     }

@@ -3,32 +3,17 @@
 use super::capturing_ctx;
 use super::chain::{add1, buffers, N};
 use super::step::rebound_mixed_step;
-use crate::choose::{CostModel, Mechanism, Mix};
+use crate::choose::fixtures::host_updates_cheapest;
+use crate::choose::Mix;
 use crate::foreign::PreludeMode;
 use crate::step::{Step, StepMode, StepOptions, StepParams};
 use crate::{LaunchConfig, Stream};
-
-/// A model in which rewriting from the host is the cheapest way, whatever the kernels.
-fn host_is_cheapest() -> CostModel {
-    use Mechanism::*;
-    let s = [
-        (TablePdl, 10, 50.0),
-        (TablePdl, 200, 900.0),
-        (Table, 10, 50.0),
-        (Table, 200, 900.0),
-        (Prelude, 10, 50.0),
-        (Prelude, 200, 900.0),
-        (HostUpdate, 10, 20.0),
-        (HostUpdate, 200, 300.0),
-    ];
-    CostModel::fit("test: host cheapest", &s, 1.6e6).unwrap()
-}
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_step_whose_model_predicts_host_updates_rewrites_from_the_host_and_stays_right() {
     let options = StepOptions {
-        cost_model: Some(host_is_cheapest()),
+        cost_model: Some(host_updates_cheapest()),
         ..StepOptions::default()
     };
     let host = PreludeMode::Host {
@@ -51,7 +36,7 @@ fn a_step_reports_the_models_prediction_for_its_kernels() {
     p.bind(&y, &bufs[1]).unwrap();
     let cfg = LaunchConfig::for_elements(N, 256);
     let options = StepOptions {
-        cost_model: Some(host_is_cheapest()),
+        cost_model: Some(host_updates_cheapest()),
         ..StepOptions::default()
     };
     let step = Step::new(&stream, p, options, |s| {

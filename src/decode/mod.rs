@@ -314,3 +314,5 @@ mod tests {
         assert!((us - 32.0).abs() < 2.0, "{us} µs");
     }
 }
+
+pub mod reference;
