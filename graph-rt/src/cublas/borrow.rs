@@ -8,7 +8,7 @@ use graph_rt_sys::{CUdeviceptr, CUstream};
 
 use super::handle::Cublas;
 use super::sys::{self, CublasLib, Handle};
-use crate::driver::{CaptureStatus, Context, Stream};
+use crate::driver::{CaptureStatus, Context, DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
 
 /// What a borrowed handle had before graph-rt set its own stream and workspace, to give back.
@@ -78,6 +78,7 @@ impl Cublas {
                 "the stream is capturing: lend the cuBLAS handle (which allocates a workspace) before the capture",
             ));
         }
+        let workspace = DeviceBuffer::<u8>::alloc(stream.context(), workspace_bytes)?;
         stream.context().bind()?;
         let mut previous: CUstream = std::ptr::null_mut();
         // SAFETY: the caller's live handle (contract) and a valid out-pointer.
@@ -90,7 +91,7 @@ impl Cublas {
         };
         // SAFETY: forwarded to the caller; the value gives the handle back instead of
         // destroying it.
-        unsafe { Self::on_handle(handle, lib, stream, workspace_bytes, Some(borrowed)) }
+        unsafe { Self::on_handle(handle, lib, stream, workspace, Some(borrowed)) }
     }
 }
 

@@ -120,6 +120,8 @@ impl Cublas {
             ));
         }
         let ctx = stream.context();
+        // Before the handle: a workspace that cannot be allocated leaves nothing to destroy.
+        let workspace = DeviceBuffer::<u8>::alloc(ctx, bytes)?;
         ctx.bind()?;
         let mut handle = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the stream's context is current, so the handle is made for it.
@@ -128,11 +130,11 @@ impl Cublas {
         // graph-rt's exit hook, which destroys parked handles, must run before them.
         after_first(&FIRST_CREATE, &ctx.inner);
         // SAFETY: a handle just made for the stream's context, owned by the value from now on.
-        unsafe { Self::on_handle(handle, lib, stream, bytes, None) }
+        unsafe { Self::on_handle(handle, lib, stream, workspace, None) }
     }
 
-    /// The value over `handle` (of the stream's context): the stream and a new workspace of
-    /// `bytes` set on it. Owned (`borrowed: None`): destroyed by the drop; else given back.
+    /// The value over `handle` (of the stream's context): the stream and `workspace` set on it.
+    /// Owned (`borrowed: None`): destroyed by the drop; else given back.
     ///
     /// # Safety
     /// `handle` is a live cuBLAS handle of `stream`'s context, used by nothing else while the
@@ -141,11 +143,11 @@ impl Cublas {
         handle: Handle,
         lib: &'static CublasLib,
         stream: &Stream,
-        bytes: usize,
+        workspace: DeviceBuffer<u8>,
         borrowed: Option<Borrowed>,
     ) -> Result<Self> {
         let ctx = stream.context();
-        let workspace = DeviceBuffer::<u8>::alloc(ctx, bytes)?;
+        let bytes = workspace.len();
         ctx.bind()?;
         let resource: Resource = stream.shared();
         let this = Self {

@@ -14,7 +14,8 @@ const WINDOW: usize = 8;
 pub(super) struct Sampler {
     every: u64,
     drift: f64,
-    calls: u64,
+    // Calls left before the next sampled one (a countdown: no division on the call path).
+    until: u64,
     // The pair of the last sampled call, while it may not have completed.
     pending: Option<(Event, Event)>,
     // A pair ready for the next sample.
@@ -30,7 +31,7 @@ impl Sampler {
         Self {
             every,
             drift,
-            calls: 0,
+            until: every,
             pending: None,
             spare: None,
             open: None,
@@ -43,7 +44,7 @@ impl Sampler {
     pub(super) fn reset(&mut self, baseline: Option<f64>) {
         self.baseline = baseline;
         self.window.clear();
-        self.calls = 0;
+        self.until = self.every;
         // A sample in flight is of the old decision's mode: its events are reused, unread.
         if let Some(pair) = self.pending.take().or_else(|| self.open.take()) {
             self.spare = Some(pair);
@@ -53,10 +54,14 @@ impl Sampler {
     /// Before a call: whether this call is sampled (its start event recorded). Reads the last
     /// sample first if its events have completed; skips this one if they have not.
     pub(super) fn begin(&mut self, stream: &Stream) -> Result<bool> {
-        self.calls += 1;
-        if self.every == 0 || self.calls % self.every != 0 {
+        if self.every == 0 {
             return Ok(false);
         }
+        self.until -= 1;
+        if self.until > 0 {
+            return Ok(false);
+        }
+        self.until = self.every;
         if let Some((start, end)) = self.pending.take() {
             if !end.is_complete()? {
                 self.pending = Some((start, end));

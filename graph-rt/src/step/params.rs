@@ -109,11 +109,12 @@ pub(super) struct Param {
     pub(super) bound: Option<Bound>,
     /// A stand-in of `len` elements (the second capture's, for discovery).
     pub(super) stand_in: fn(&Context, usize) -> Result<Bound>,
-    /// The handle the closure sees, rebuilt from the table's current binding.
+    /// The handle the closure sees, at `ptr` in `alloc`, of the declared length (`min_bytes`).
     pub(super) rebuild: fn(CUdeviceptr, usize, Arc<Allocation>) -> Bound,
 }
 
-fn rebuild<T: Pod>(ptr: CUdeviceptr, len: usize, alloc: Arc<Allocation>) -> Bound {
+fn rebuild<T: Pod>(ptr: CUdeviceptr, min_bytes: usize, alloc: Arc<Allocation>) -> Bound {
+    let len = min_bytes / std::mem::size_of::<T>();
     let b = DeviceBuffer::<T>::from_parts(ptr, len, alloc);
     Bound {
         base: ptr,
@@ -142,9 +143,6 @@ pub struct StepParams {
     pub(super) params: Vec<Param>,
     /// Per slot of the table, its buffer's place in `params` (`None`: a scalar).
     by_slot: Vec<Option<usize>>,
-    /// Per declared buffer, its declared length (elements): the length of the closure's handle
-    /// rebuilt from the table.
-    lens: Vec<usize>,
     /// Whether every `bound` is the table's current binding (else `materialize` rebuilds).
     materialized: bool,
 }
@@ -171,7 +169,6 @@ impl StepParams {
             table: ArgTable::new(ctx, options)?,
             params: Vec::new(),
             by_slot: Vec::new(),
-            lens: Vec::new(),
             materialized: true,
         })
     }
@@ -193,7 +190,6 @@ impl StepParams {
         let slot = self.table.ptr_slot_with::<T>(16, min_len)?;
         self.by_slot.resize(slot.index as usize + 1, None);
         self.by_slot[slot.index as usize] = Some(self.params.len());
-        self.lens.push(min_len);
         self.params.push(Param {
             slot: slot.erased(),
             min_bytes,
@@ -221,7 +217,7 @@ impl StepParams {
         // when its handles are rebuilt from the table: every run does the same work.
         let p = &mut self.params[index];
         let alloc = buffer.allocation().clone();
-        let mut bound = (p.rebuild)(buffer.as_raw(), self.lens[index], alloc);
+        let mut bound = (p.rebuild)(buffer.as_raw(), p.min_bytes, alloc);
         // The copy check covers the whole buffer bound, not only what the kernels read.
         bound.bytes = bound.bytes.max(buffer.num_bytes());
         p.bound = Some(bound);
@@ -258,7 +254,7 @@ impl StepParams {
                     format!("declared buffer {k} is not bound to a buffer the step can hand its closure"),
                 ));
             };
-            p.bound = Some((p.rebuild)(ptr, self.lens[k], alloc));
+            p.bound = Some((p.rebuild)(ptr, p.min_bytes, alloc));
         }
         self.materialized = true;
         Ok(())

@@ -102,12 +102,12 @@ impl<'a> StepScope<'a> {
         }
     }
 
-    /// Notes a launch of one of graph-rt's kernels.
-    fn note(&self, function: usize, table_form: bool) {
-        self.launched.borrow_mut().push(Launched {
-            function,
-            table_form,
-        });
+    /// Notes a launch of one of graph-rt's kernels, in a capture (what the step's choice of
+    /// mix reads; an eager run, every call of an eager step, notes nothing).
+    fn note(&self, launched: impl FnOnce() -> Launched) {
+        if self.is_capturing() {
+            self.launched.borrow_mut().push(launched());
+        }
     }
 
     /// The configuration of the next eager kernel: the first after the refresh not
@@ -132,7 +132,10 @@ impl<'a> StepScope<'a> {
         config: &LaunchConfig,
         args: A,
     ) -> Result<()> {
-        self.note(f.as_raw() as usize, false);
+        self.note(|| Launched {
+            function: f.as_raw() as usize,
+            table_form: false,
+        });
         match &self.run {
             // SAFETY: forwarded to the caller.
             Run::Eager(s) => unsafe { s.launch(f, &self.eager_config(config), args) },
@@ -152,8 +155,10 @@ impl<'a> StepScope<'a> {
         config: &LaunchConfig,
         args: impl KernelArgs,
     ) -> Result<()> {
-        let function = kernel.function().as_raw() as usize;
-        self.note(function, true);
+        self.note(|| Launched {
+            function: kernel.function().as_raw() as usize,
+            table_form: true,
+        });
         match &self.run {
             // SAFETY: forwarded to the caller.
             Run::Eager(s) => unsafe { kernel.launch(s, &self.eager_config(config), args) },
@@ -172,8 +177,10 @@ impl<'a> StepScope<'a> {
         grid: [u32; 3],
         args: &[TritonArg<'_>],
     ) -> Result<()> {
-        let table_form = kernel.params().iter().any(|p| p.slot);
-        self.note(kernel.function().as_raw() as usize, table_form);
+        self.note(|| Launched {
+            function: kernel.function().as_raw() as usize,
+            table_form: kernel.params().iter().any(|p| p.slot),
+        });
         match &self.run {
             Run::Eager(s) => {
                 if self.after_refresh.replace(false) {
