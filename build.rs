@@ -1,11 +1,91 @@
 //! The build script of `graph-rt-dev` (the workspace's examples and benches; not published, so no
 //! user's build runs it): stamps them with the commit they were built from, so that a figure a
-//! bench prints on the GPU machine — which has neither the source nor git — names its commit.
+//! bench prints on the GPU machine — which has neither the source nor git — names its commit;
+//! and makes the table forms of the decode example's own kernels with the PTX pass
+//! (`graph-rt-ptx`, a build-dependency), as a framework's build script would: no CUDA toolkit,
+//! the PTX checked in beside the sources (`examples/decode/ptx/`, made by `kernels/compile.py`).
 
-use std::path::Path;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn main() {
+    stamp();
+    decode_table_forms();
+}
+
+/// The decode example's kernels whose parameters read table slots: the tokens in and the logits
+/// and next tokens out (pointers rebound every call), the position and the attended length
+/// (scalars set every call: one capture serves every position).
+const DECODE_POINTERS: &[&str] = &["embed_norm:0", "argmax:0", "argmax:1"];
+const DECODE_SCALARS: &[&str] = &["rope_append:7", "attention:9"];
+
+/// Writes `$OUT_DIR/decode_table.ptx` (the module with those parameters rewritten) and
+/// `$OUT_DIR/decode_table.rs` (each rewritten kernel's signature, for `TableKernel::from_signature`).
+fn decode_table_forms() {
+    let src = Path::new("examples/decode/ptx/decode.ptx");
+    println!("cargo:rerun-if-changed={}", src.display());
+    let ptx = std::fs::read(src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
+    let parse = |list: &[&str]| -> Vec<graph_rt_ptx::ParamRef> {
+        list.iter()
+            .map(|r| r.parse().unwrap_or_else(|e| panic!("parameter {r}: {e}")))
+            .collect()
+    };
+    let options = graph_rt_ptx::Options {
+        kernels: Some(
+            ["embed_norm", "rope_append", "attention", "argmax"]
+                .map(String::from)
+                .to_vec(),
+        ),
+        params: parse(DECODE_POINTERS),
+        scalars: parse(DECODE_SCALARS),
+        ..Default::default()
+    };
+    let out = graph_rt_ptx::indirect(&ptx, &options)
+        .unwrap_or_else(|e| panic!("the PTX pass refused {}: {e}", src.display()));
+    let dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
+    std::fs::write(dir.join("decode_table.ptx"), &out.ptx).expect("writing decode_table.ptx");
+    let mut rs = String::from(
+        "// Made by build.rs from examples/decode/ptx/decode.ptx with the PTX pass.\n\
+         /// Each rewritten kernel's signature, as the PTX pass reported it.\n\
+         pub fn signatures() -> Vec<graph_rt::ptx::KernelSignature> {\n    \
+         use graph_rt::ptx::*;\n    vec![\n",
+    );
+    for k in &out.kernels {
+        writeln!(
+            rs,
+            "        KernelSignature {{ name: {:?}.into(), params: vec![",
+            k.name
+        )
+        .unwrap();
+        for p in &k.params {
+            let slot = match p.slot {
+                None => "None".to_string(),
+                Some(s) => {
+                    let kind = match s.kind {
+                        graph_rt_ptx::SlotKind::Pointer => "SlotKind::Pointer".to_string(),
+                        graph_rt_ptx::SlotKind::Scalar(t) => {
+                            format!("SlotKind::Scalar(ScalarType::{t:?})")
+                        }
+                    };
+                    format!("Some(Slot {{ kind: {kind}, align: {} }})", s.align)
+                }
+            };
+            writeln!(
+                rs,
+                "            ParamSignature {{ index: {}, name: {:?}.into(), size: {}, slot: {slot} }},",
+                p.index, p.name, p.size
+            )
+            .unwrap();
+        }
+        writeln!(rs, "        ] }},").unwrap();
+    }
+    rs.push_str("    ]\n}\n");
+    std::fs::write(dir.join("decode_table.rs"), rs).expect("writing decode_table.rs");
+}
+
+/// Sets `GRAPH_RT_DEV_COMMIT`: the commit, `+changes` when tracked files differ from it.
+fn stamp() {
     // A new commit moves HEAD or the branch it names.
     let git = Path::new(".git");
     println!("cargo:rerun-if-changed=.git/HEAD");

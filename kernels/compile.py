@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compile kernels/cuda/*.cu to kernels/ptx/*.ptx with a pinned NVRTC.
+"""Compile kernels/cuda/*.cu to kernels/ptx/*.ptx (and the decode example's own kernels,
+examples/decode/cuda/*.cu to examples/decode/ptx/) with a pinned NVRTC.
 
 Usage:
     python3 kernels/compile.py           # (re)write kernels/ptx/
@@ -37,6 +38,12 @@ ARCH_DIRECTIVE = re.compile(rb"\A// compile\.py: (--gpu-architecture=compute_(\d
 KERNELS_DIR = Path(__file__).resolve().parent
 CUDA_DIR = KERNELS_DIR / "cuda"
 PTX_DIR = KERNELS_DIR / "ptx"
+# Every tree compiled: (sources, output) — graph-rt's shipped kernels, then the decode example's
+# own (a framework's kernels, whose table forms the top-level build.rs makes).
+TREES = [
+    (CUDA_DIR, PTX_DIR),
+    (KERNELS_DIR.parent / "examples" / "decode" / "cuda", KERNELS_DIR.parent / "examples" / "decode" / "ptx"),
+]
 MANIFEST = "MANIFEST"
 
 
@@ -158,12 +165,12 @@ def create_program(lib, prog, source, name, headers):
     return lib.nvrtcCreateProgram(ctypes.byref(prog), source, name.encode(), n, contents, names)
 
 
-def compile_one(lib, src_path):
+def compile_one(lib, src_path, cuda_dir):
     """Return (the bytes the MANIFEST hashes, PTX bytes) for one .cu file, or exit 1 printing the
     compile log. What is hashed: the source, then each header it includes."""
     source = src_path.read_bytes()
     options = options_for(src_path, source)
-    headers = headers_of(src_path, source)
+    headers = headers_of(src_path, source, cuda_dir)
     prog = ctypes.c_void_p()
     # Name the program by file name only, so nothing machine-specific can leak
     # into the output.
@@ -203,11 +210,11 @@ def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
 
-def build_outputs(lib, version):
-    """Return {file name in kernels/ptx: bytes} for every source."""
-    sources = sorted(CUDA_DIR.glob("*.cu"))
+def build_outputs(lib, version, cuda_dir):
+    """Return {file name in the output folder: bytes} for every source of `cuda_dir`."""
+    sources = sorted(cuda_dir.glob("*.cu"))
     if not sources:
-        die(f"no .cu files in {CUDA_DIR}")
+        die(f"no .cu files in {cuda_dir}")
     outputs = {}
     lines = [
         f"# nvrtc {version[0]}.{version[1]} ({NVRTC_PACKAGE}=={NVRTC_PACKAGE_VERSION}) "
@@ -217,7 +224,7 @@ def build_outputs(lib, version):
     ]
     for src in sources:
         name = src.stem
-        source, ptx = compile_one(lib, src)
+        source, ptx = compile_one(lib, src, cuda_dir)
         outputs[f"{name}.ptx"] = ptx
         lines.append(f"{name} {sha256(source)} {sha256(ptx)}")
     outputs[MANIFEST] = ("\n".join(lines) + "\n").encode()
@@ -234,42 +241,57 @@ def main():
     args = parser.parse_args()
 
     lib, version = load_nvrtc()
-    outputs = build_outputs(lib, version)
+    stale = False
+    for cuda_dir, ptx_dir in TREES:
+        stale |= write_or_check(lib, version, cuda_dir, ptx_dir, args.check)
+    if stale:
+        print(f"regenerate with: {PIP_INSTALL} && python3 kernels/compile.py", file=sys.stderr)
+        sys.exit(1)
 
-    existing = {p.name for p in PTX_DIR.glob("*.ptx")} if PTX_DIR.is_dir() else set()
+
+def rel(path):
+    """`path` from the repository's root, for messages."""
+    return path.relative_to(KERNELS_DIR.parent)
+
+
+def write_or_check(lib, version, cuda_dir, ptx_dir, check_only):
+    """Compiles one tree; with `check_only`, returns whether its output folder is stale (naming
+    every stale or missing file), else (re)writes it."""
+    outputs = build_outputs(lib, version, cuda_dir)
+    existing = {p.name for p in ptx_dir.glob("*.ptx")} if ptx_dir.is_dir() else set()
     extra = sorted(existing - outputs.keys())
 
-    if args.check:
+    if check_only:
         problems = []
         for name, data in sorted(outputs.items()):
-            path = PTX_DIR / name
+            path = ptx_dir / name
             if not path.is_file():
-                problems.append(f"missing: {path}")
+                problems.append(f"missing: {rel(path)}")
             elif path.read_bytes() != data:
-                problems.append(f"stale:   {path}")
+                problems.append(f"stale:   {rel(path)}")
         for name in extra:
-            problems.append(f"stale:   {PTX_DIR / name} (no matching .cu source)")
+            problems.append(f"stale:   {rel(ptx_dir / name)} (no matching .cu source)")
         if problems:
-            print("compile.py: kernels/ptx/ is out of date with kernels/cuda/:", file=sys.stderr)
+            print(f"compile.py: {rel(ptx_dir)}/ is out of date with {rel(cuda_dir)}/:", file=sys.stderr)
             for p in problems:
                 print(f"  {p}", file=sys.stderr)
-            print(f"regenerate with: {PIP_INSTALL} && python3 kernels/compile.py", file=sys.stderr)
-            sys.exit(1)
-        print(f"kernels/ptx/ is up to date ({len(outputs) - 1} kernels, NVRTC {version[0]}.{version[1]})")
-        return
+            return True
+        print(f"{rel(ptx_dir)}/ is up to date ({len(outputs) - 1} kernels, NVRTC {version[0]}.{version[1]})")
+        return False
 
-    PTX_DIR.mkdir(exist_ok=True)
+    ptx_dir.mkdir(exist_ok=True)
     for name in extra:
-        (PTX_DIR / name).unlink()
-        print(f"removed {PTX_DIR / name} (no matching .cu source)")
+        (ptx_dir / name).unlink()
+        print(f"removed {rel(ptx_dir / name)} (no matching .cu source)")
     for name, data in sorted(outputs.items()):
-        path = PTX_DIR / name
+        path = ptx_dir / name
         if path.is_file() and path.read_bytes() == data:
             continue
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_bytes(data)
         os.replace(tmp, path)
-        print(f"wrote {path}")
+        print(f"wrote {rel(path)}")
+    return False
 
 
 if __name__ == "__main__":

@@ -134,8 +134,23 @@ impl DecodeConfig {
                 self.head_dim()
             ));
         }
+        if self.head_dim() > 256 {
+            return bad(format!(
+                "the head width d / heads = {} is above 256 (the attention kernel's limit)",
+                self.head_dim()
+            ));
+        }
         if self.mlp == 0 || self.vocab == 0 || self.max_len == 0 {
             return bad("mlp, vocab and max-len are at least 1".into());
+        }
+        if self.max_len > 32768 {
+            return bad(format!(
+                "max-len {}: at most 32768 (attention keeps a row of scores in shared memory)",
+                self.max_len
+            ));
+        }
+        if self.vocab > i32::MAX as usize {
+            return bad(format!("vocab {}: token ids are 32-bit", self.vocab));
         }
         if self.batches.is_empty() || self.batches.contains(&0) {
             return bad("batches: a list of sizes of at least 1 (e.g. 1,4,16)".into());
@@ -283,6 +298,8 @@ mod tests {
             ("--batches 1,0", "at least 1"),
             ("--layers 0", "1 to 32"),
             ("--d 8192", "256 to 4096"),
+            ("--d 1024 --heads 2", "above 256"),
+            ("--max-len 40000", "at most 32768"),
             ("--width 3", "unknown option"),
             ("--layers", "needs a value"),
             ("--layers four", "not a whole number"),

@@ -1,0 +1,108 @@
+//! A decode step of a decoder-only transformer (bf16; the configuration from the command line)
+//! through graph-rt's step API and profiler, against PyTorch on the same GPU
+//! (`scripts/decode_pytorch.py`).
+//!
+//! Per batch size: one step (captured once; the tokens in, the logits and next tokens out, the
+//! position and the attended length declared as parameters, so one capture serves every token
+//! and position), fed the same tokens as the PyTorch script (teacher-forced from position 0, the
+//! logits of `--steps` positions from `--position` written to `--out` for the script to
+//! compare); the step timed eagerly and as a graph, and the profiler's choice between them
+//! (`graph_rt::profile::Profiled`, its report printed) timed as it runs. Every time is the
+//! median wall µs of a synchronized call, warm-up first, as the PyTorch script measures.
+//!
+//! ```text
+//! cargo run --release --example decode -- --out /tmp/decode      # the reference configuration
+//! cargo run --release --example decode -- --layers 2 --d 512 --heads 8 --kv-heads 2 --mlp 1408 --batches 1,4
+//! ```
+//!
+//! Options: the model's (`--layers --d --heads --kv-heads --mlp --vocab --max-len --batches
+//! --position`, see `graph_rt_dev::decode::DecodeConfig`) and `--steps N` (64), `--iters N`
+//! (200), `--warm N` (20), `--out DIR`. A bad configuration is an error naming the option and
+//! exit code 2; no GPU, exit code 1.
+
+mod model;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use graph_rt_dev::decode::DecodeConfig;
+
+/// The command line: the model's configuration and what to run.
+pub struct Options {
+    pub config: DecodeConfig,
+    pub steps: usize,
+    pub iters: usize,
+    pub warm: usize,
+    pub out: Option<PathBuf>,
+}
+
+impl Options {
+    fn parse(args: Vec<String>) -> Result<Self, String> {
+        let (mut steps, mut iters, mut warm, mut out) = (64, 200, 20, None);
+        let mut rest = Vec::new();
+        let mut it = args.into_iter();
+        while let Some(flag) = it.next() {
+            let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+            let mut num = |name: &str| -> Result<usize, String> {
+                let v = value(name)?;
+                v.parse()
+                    .map_err(|_| format!("{name} {v:?}: not a whole number"))
+            };
+            match flag.as_str() {
+                "--steps" => steps = num("--steps")?,
+                "--iters" => iters = num("--iters")?,
+                "--warm" => warm = num("--warm")?,
+                "--out" => out = Some(PathBuf::from(value("--out")?)),
+                "--help" | "-h" => return Err(HELP.into()),
+                _ => rest.push(flag),
+            }
+        }
+        let config = DecodeConfig::parse(rest).map_err(|e| e.0)?;
+        if steps == 0 || iters == 0 {
+            return Err("--steps and --iters are at least 1".into());
+        }
+        if config.position + steps > config.max_len {
+            return Err(format!(
+                "--position {} + --steps {steps} is beyond the cache of {} positions",
+                config.position, config.max_len
+            ));
+        }
+        Ok(Self {
+            config,
+            steps,
+            iters,
+            warm,
+            out,
+        })
+    }
+}
+
+const HELP: &str = "usage: decode [--layers N --d N --heads N --kv-heads N --mlp N --vocab N \
+--max-len N --batches 1,4,16 --position N] [--steps 64 --iters 200 --warm 20 --out DIR]";
+
+fn main() -> ExitCode {
+    let options = match Options::parse(std::env::args().skip(1).collect()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("decode: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match run::run(&options) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        // The example's own errors (no GPU, a file) say what they are; graph-rt's name the call.
+        Err(graph_rt::Error::InvalidArgument {
+            call: "decode",
+            reason,
+        }) => {
+            eprintln!("decode: {reason}");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("decode: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! The decode model on the GPU: its weights (the formula of `graph_rt_dev::decode`, bf16), the
+//! example's own kernels (their table forms made by the top-level build.rs), one batch size's
+//! activations and K/V caches, and the step's work as the closure enqueues it.
+
+use graph_rt::cublas::{Cublas, Op};
+use graph_rt::half::bf16;
+use graph_rt::step::{Buf, Scalar, StepParams, StepScope};
+use graph_rt::table::TableKernel;
+use graph_rt::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
+use graph_rt_dev::decode::reference::EPS;
+use graph_rt_dev::decode::{seed, weight, DecodeConfig, Tensor};
+
+mod table {
+    include!(concat!(env!("OUT_DIR"), "/decode_table.rs"));
+}
+
+/// The example's kernels with the rewritten parameters' table slots (build.rs).
+const TABLE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_table.ptx"));
+
+/// The formula's matrix `rows × cols` of `tensor` of `layer`, rounded to bf16 (through f32, as
+/// PyTorch rounds a float64 tensor), made on every core.
+fn matrix(tensor: Tensor, layer: usize, rows: usize, cols: usize, scale: f64) -> Vec<bf16> {
+    let s = seed(tensor, layer);
+    let mut out = vec![bf16::ZERO; rows * cols];
+    let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(32));
+    let chunk = rows.div_ceil(threads).max(1) * cols;
+    std::thread::scope(|scope| {
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            scope.spawn(move || {
+                for (j, v) in part.iter_mut().enumerate() {
+                    let at = i * chunk + j;
+                    *v = bf16::from_f32(weight(s, at / cols, at % cols, scale) as f32);
+                }
+            });
+        }
+    });
+    out
+}
+
+fn projection(tensor: Tensor, layer: usize, rows: usize, cols: usize) -> Vec<bf16> {
+    matrix(tensor, layer, rows, cols, 1.0 / (cols as f64).sqrt())
+}
+
+/// Norm weights: 1 ± 0.1.
+fn norm(tensor: Tensor, layer: usize, d: usize) -> Vec<bf16> {
+    let s = seed(tensor, layer);
+    (0..d)
+        .map(|i| bf16::from_f32((1.0 + weight(s, 0, i, 0.1)) as f32))
+        .collect()
+}
+
+/// One layer's weights (row-major `[out, in]`, as `nn.Linear` keeps them).
+pub struct LayerWeights {
+    n1: DeviceBuffer<bf16>,
+    n2: DeviceBuffer<bf16>,
+    qkv: DeviceBuffer<bf16>,
+    o: DeviceBuffer<bf16>,
+    up: DeviceBuffer<bf16>,
+    down: DeviceBuffer<bf16>,
+}
+
+/// The model's weights on the device.
+pub struct Weights {
+    embedding: DeviceBuffer<bf16>,
+    layers: Vec<LayerWeights>,
+    final_norm: DeviceBuffer<bf16>,
+    head: DeviceBuffer<bf16>,
+}
+
+impl Weights {
+    /// The formula's weights of `c`, uploaded.
+    pub fn new(ctx: &Context, c: &DecodeConfig) -> graph_rt::Result<Self> {
+        let (d, hd) = (c.d, c.head_dim());
+        let up = |v: Vec<bf16>| DeviceBuffer::from_host(ctx, &v);
+        let layers = (0..c.layers)
+            .map(|l| {
+                Ok(LayerWeights {
+                    n1: up(norm(Tensor::Norm1, l, d))?,
+                    n2: up(norm(Tensor::Norm2, l, d))?,
+                    qkv: up(projection(
+                        Tensor::Qkv,
+                        l,
+                        (c.heads + 2 * c.kv_heads) * hd,
+                        d,
+                    ))?,
+                    o: up(projection(Tensor::O, l, d, c.heads * hd))?,
+                    up: up(projection(Tensor::Up, l, 2 * c.mlp, d))?,
+                    down: up(projection(Tensor::Down, l, d, c.mlp))?,
+                })
+            })
+            .collect::<graph_rt::Result<_>>()?;
+        Ok(Self {
+            embedding: up(matrix(Tensor::Embedding, 0, c.vocab, d, 1.0))?,
+            layers,
+            final_norm: up(norm(Tensor::FinalNorm, 0, d))?,
+            head: up(projection(Tensor::Head, 0, c.vocab, d))?,
+        })
+    }
+}
+
+/// The example's kernels: table forms where a parameter changes between calls, plain elsewhere.
+pub struct Kernels {
+    embed_norm: TableKernel,
+    rope_append: TableKernel,
+    attention: TableKernel,
+    argmax: TableKernel,
+    rms_norm: Function,
+    silu_mul: Function,
+    /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
+    pub copy: Function,
+}
+
+impl Kernels {
+    /// Loads the module build.rs made; attention may use `attention_smem` bytes of dynamic
+    /// shared memory (a row of scores).
+    pub fn load(ctx: &Context, attention_smem: usize) -> graph_rt::Result<Self> {
+        let module = Module::from_ptx(ctx, TABLE_PTX)?;
+        let sigs = table::signatures();
+        let table = |name: &str| {
+            let sig = sigs
+                .iter()
+                .find(|s| s.name == name)
+                .ok_or_else(|| fail(format!("build.rs made no table form of `{name}`")))?;
+            TableKernel::from_signature(module.function(name)?, sig)
+        };
+        let attention = table("attention")?;
+        if attention_smem > 48 * 1024 {
+            attention
+                .function()
+                .set_max_dynamic_shared_bytes(attention_smem as i32)?;
+        }
+        Ok(Self {
+            embed_norm: table("embed_norm")?,
+            rope_append: table("rope_append")?,
+            attention,
+            argmax: table("argmax")?,
+            rms_norm: module.function("rms_norm")?,
+            silu_mul: module.function("silu_mul")?,
+            copy: module.function("copy_words")?,
+        })
+    }
+}
+
+/// What changes between a step's calls: the tokens in, the logits and next tokens out, the
+/// position written and the positions attended (`pos + 1`).
+pub struct Params {
+    pub tokens: Buf<i32>,
+    pub logits: Buf<bf16>,
+    pub next: Buf<i32>,
+    pub pos: Scalar<i32>,
+    pub len: Scalar<i32>,
+}
+
+impl Params {
+    /// Declares them in `p` for `batch` rows of a vocabulary of `vocab`.
+    pub fn declare(p: &mut StepParams, batch: usize, vocab: usize) -> graph_rt::Result<Self> {
+        Ok(Self {
+            tokens: p.buffer(batch)?,
+            logits: p.buffer(batch * vocab)?,
+            next: p.buffer(batch)?,
+            pos: p.scalar()?,
+            len: p.scalar()?,
+        })
+    }
+}
+
+/// One batch size's activations and K/V caches.
+pub struct Batch {
+    pub rows: usize,
+    x: DeviceBuffer<bf16>,
+    h: DeviceBuffer<bf16>,
+    qkv: DeviceBuffer<bf16>,
+    attn: DeviceBuffer<bf16>,
+    gate_up: DeviceBuffer<bf16>,
+    act: DeviceBuffer<bf16>,
+    k: Vec<DeviceBuffer<bf16>>,
+    v: Vec<DeviceBuffer<bf16>>,
+}
+
+impl Batch {
+    /// Zeroed buffers for `rows` rows of `c`.
+    pub fn new(ctx: &Context, c: &DecodeConfig, rows: usize) -> graph_rt::Result<Self> {
+        let hd = c.head_dim();
+        let z = |n: usize| DeviceBuffer::zeroed(ctx, rows * n);
+        let cache = c.kv_heads * c.max_len * hd;
+        Ok(Self {
+            rows,
+            x: z(c.d)?,
+            h: z(c.d)?,
+            qkv: z((c.heads + 2 * c.kv_heads) * hd)?,
+            attn: z(c.heads * hd)?,
+            gate_up: z(2 * c.mlp)?,
+            act: z(c.mlp)?,
+            k: (0..c.layers)
+                .map(|_| z(cache))
+                .collect::<graph_rt::Result<_>>()?,
+            v: (0..c.layers)
+                .map(|_| z(cache))
+                .collect::<graph_rt::Result<_>>()?,
+        })
+    }
+}
+
+/// The model on one stream: configuration, weights, kernels and the cuBLAS handle.
+pub struct Model {
+    pub c: DecodeConfig,
+    pub w: Weights,
+    pub k: Kernels,
+    pub blas: Cublas,
+}
+
+impl Model {
+    pub fn new(ctx: &Context, stream: &Stream, c: &DecodeConfig) -> graph_rt::Result<Self> {
+        Ok(Self {
+            w: Weights::new(ctx, c)?,
+            k: Kernels::load(ctx, attention_smem(c))?,
+            blas: Cublas::new(stream)?,
+            c: c.clone(),
+        })
+    }
+
+    /// One decode step of batch `a` through the step's scope: embedding and norm, per layer
+    /// the QKV GEMM, rotary and cache append, attention over the positions written, the output
+    /// GEMM accumulating into the residual (β = 1), norm, the gate/up GEMM, SiLU·up and the
+    /// down GEMM into the residual; the final norm, the head GEMM and the argmax.
+    pub fn enqueue(&self, s: &StepScope<'_>, a: &mut Batch, p: &Params) -> graph_rt::Result<()> {
+        let c = &self.c;
+        let (b, d, hd) = (a.rows, c.d, c.head_dim());
+        let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
+        let i = |n: usize| n as i32;
+        let rows = LaunchConfig::new(b as u32, 256u32);
+        let attn_cfg = LaunchConfig::new((c.heads as u32, b as u32), 256u32)
+            .shared_mem(attention_smem(c) as u32);
+        let mut logits = s.buffer(&p.logits)?;
+        let k = &self.k;
+        let gemm = |m: usize,
+                    kk: usize,
+                    w: &DeviceBuffer<bf16>,
+                    x: &DeviceBuffer<bf16>,
+                    beta: f32,
+                    y: &mut DeviceBuffer<bf16>| {
+            // y (m × b, column-major: row-major [b, m]) = W x (+ y), W row-major [m, kk].
+            s.cublas(&self.blas, |bl| {
+                bl.gemm_bf16(Op::T, Op::N, m, b, kk, 1.0, w, kk, x, kk, beta, y, m)
+            })
+        };
+        // SAFETY: every launch below passes buffers of the sizes its kernel reads and writes
+        // (decode.cu's comments): rows × width of each activation, the caches
+        // [rows, kv_heads, max_len, head_dim], slots of the step's table for the tokens (rows),
+        // the logits (rows × vocab), the next tokens (rows), the position and length; the
+        // kernels bound position and length themselves.
+        unsafe {
+            s.launch_table(
+                &k.embed_norm,
+                &rows,
+                (
+                    p.tokens.slot(),
+                    &self.w.embedding,
+                    &self.w.layers[0].n1,
+                    &a.x,
+                    &a.h,
+                    i(d),
+                    i(c.vocab),
+                    EPS,
+                ),
+            )?;
+        }
+        for (l, w) in self.w.layers.iter().enumerate() {
+            if l > 0 {
+                // SAFETY: as above.
+                unsafe { s.launch(&k.rms_norm, &rows, (&a.x, &w.n1, &a.h, i(d), EPS))? };
+            }
+            gemm(qkv_w, d, &w.qkv, &a.h, 0.0, &mut a.qkv)?;
+            let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
+            // SAFETY: as above.
+            unsafe {
+                s.launch_table(
+                    &k.rope_append,
+                    &rows,
+                    (
+                        &a.qkv,
+                        &a.k[l],
+                        &a.v[l],
+                        dims.0,
+                        dims.1,
+                        dims.2,
+                        dims.3,
+                        p.pos.slot(),
+                    ),
+                )?;
+                s.launch_table(
+                    &k.attention,
+                    &attn_cfg,
+                    (
+                        &a.qkv,
+                        &a.k[l],
+                        &a.v[l],
+                        &a.attn,
+                        dims.0,
+                        dims.1,
+                        dims.2,
+                        dims.3,
+                        1.0 / (hd as f32).sqrt(),
+                        p.len.slot(),
+                    ),
+                )?;
+            }
+            gemm(d, attn_w, &w.o, &a.attn, 1.0, &mut a.x)?;
+            // SAFETY: as above.
+            unsafe { s.launch(&k.rms_norm, &rows, (&a.x, &w.n2, &a.h, i(d), EPS))? };
+            gemm(2 * mlp, d, &w.up, &a.h, 0.0, &mut a.gate_up)?;
+            // SAFETY: as above.
+            unsafe {
+                s.launch(
+                    &k.silu_mul,
+                    &LaunchConfig::for_elements(b * mlp, 256),
+                    (&a.gate_up, &a.act, i(mlp), i(b * mlp)),
+                )?;
+            }
+            gemm(d, mlp, &w.down, &a.act, 1.0, &mut a.x)?;
+        }
+        // SAFETY: as above.
+        unsafe {
+            s.launch(
+                &k.rms_norm,
+                &rows,
+                (&a.x, &self.w.final_norm, &a.h, i(d), EPS),
+            )?
+        };
+        gemm(c.vocab, d, &self.w.head, &a.h, 0.0, &mut logits)?;
+        // SAFETY: as above.
+        unsafe {
+            s.launch_table(
+                &k.argmax,
+                &LaunchConfig::new(b as u32, 1024u32),
+                (p.logits.slot(), p.next.slot(), i(c.vocab)),
+            )
+        }
+    }
+}
+
+/// An error of the example's own (no GPU, a file, a missing kernel), in graph-rt's error type.
+pub fn fail(reason: String) -> graph_rt::Error {
+    graph_rt::Error::InvalidArgument {
+        call: "decode",
+        reason,
+    }
+}
+
+/// Attention's dynamic shared memory: a row of f32 scores over the cache.
+pub fn attention_smem(c: &DecodeConfig) -> usize {
+    4 * c.max_len
+}

@@ -1,0 +1,129 @@
+//! The decode example's model on the GPU against the CPU reference
+//! (`graph_rt_dev::decode::reference`) on a small configuration: the step as a graph, rebinding
+//! the tokens and logits and setting the position every call, gives the reference's logits to
+//! bf16 accuracy at every position, and the same logits eagerly; a bad token makes its row NaN.
+
+#[path = "../examples/decode/model.rs"]
+#[allow(dead_code)]
+mod model;
+
+use graph_rt::half::bf16;
+use graph_rt::step::{Step, StepMode, StepOptions, StepParams};
+use graph_rt::{Context, DeviceBuffer, Stream};
+use graph_rt_dev::decode::reference::Reference;
+use graph_rt_dev::decode::DecodeConfig;
+use model::{Batch, Model, Params};
+
+fn tiny() -> DecodeConfig {
+    DecodeConfig {
+        layers: 2,
+        d: 256,
+        heads: 4,
+        kv_heads: 2,
+        mlp: 384,
+        vocab: 500,
+        max_len: 24,
+        batches: vec![3],
+        position: 0,
+    }
+}
+
+fn token(pos: usize, row: usize) -> i32 {
+    ((7 + 31 * pos + 101 * row) % 500) as i32
+}
+
+fn std_dev(v: &[f32]) -> f64 {
+    let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+    (v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn the_gpu_step_is_the_reference_at_every_position() -> graph_rt::Result<()> {
+    let c = tiny();
+    let rows = 3;
+    let ctx = Context::new(0)?;
+    let stream = Stream::new(&ctx)?;
+    let m = Model::new(&ctx, &stream, &c)?;
+    let batch = std::cell::RefCell::new(Batch::new(&ctx, &c, rows)?);
+    let mut sp = StepParams::new(&ctx, 8)?;
+    let p = Params::declare(&mut sp, rows, c.vocab)?;
+    let tok = |pos: usize| -> graph_rt::Result<DeviceBuffer<i32>> {
+        DeviceBuffer::from_host(&ctx, &(0..rows).map(|r| token(pos, r)).collect::<Vec<_>>())
+    };
+    let positions = 20;
+    let inputs: Vec<_> = (0..positions).map(tok).collect::<graph_rt::Result<_>>()?;
+    let logits: Vec<DeviceBuffer<bf16>> = (0..positions)
+        .map(|_| DeviceBuffer::zeroed(&ctx, rows * c.vocab))
+        .collect::<graph_rt::Result<_>>()?;
+    let next: Vec<DeviceBuffer<i32>> = (0..positions)
+        .map(|_| DeviceBuffer::zeroed(&ctx, rows))
+        .collect::<graph_rt::Result<_>>()?;
+    sp.bind(&p.tokens, &inputs[0])?;
+    sp.bind(&p.logits, &logits[0])?;
+    sp.bind(&p.next, &next[0])?;
+    sp.set(&p.pos, 0)?;
+    sp.set(&p.len, 1)?;
+    let mut step = Step::new(&stream, sp, StepOptions::default(), |s| {
+        m.enqueue(s, &mut batch.borrow_mut(), &p)
+    })?;
+    assert!(
+        matches!(step.mode(), StepMode::Graph { .. }),
+        "{:?}",
+        step.mode()
+    );
+    for pos in 0..positions {
+        step.bind(&p.tokens, &inputs[pos])?;
+        step.bind(&p.logits, &logits[pos])?;
+        step.bind(&p.next, &next[pos])?;
+        step.set(&p.pos, pos as i32)?;
+        step.set(&p.len, pos as i32 + 1)?;
+        step.run()?;
+    }
+    stream.synchronize()?;
+
+    let mut reference = Reference::new(&c, rows);
+    for pos in 0..positions {
+        let tokens: Vec<usize> = (0..rows).map(|r| token(pos, r) as usize).collect();
+        let want = reference.step(&tokens, pos);
+        let got: Vec<f32> = logits[pos].to_vec()?.iter().map(|x| x.to_f32()).collect();
+        let argmax = next[pos].to_vec()?;
+        for r in 0..rows {
+            let (w, g) = (&want[r], &got[r * c.vocab..(r + 1) * c.vocab]);
+            let sd = std_dev(w);
+            let worst = w
+                .iter()
+                .zip(g)
+                .map(|(a, b)| (a - b).abs() as f64)
+                .fold(0.0, f64::max);
+            assert!(
+                worst <= 0.05 * sd,
+                "position {pos}, row {r}: worst |Δlogit| {worst:.4} vs std {sd:.4}"
+            );
+            // The kernel's argmax is the argmax of the logits it was given (first of equals).
+            let top = g
+                .iter()
+                .enumerate()
+                .fold(0, |best, (i, &x)| if x > g[best] { i } else { best });
+            assert_eq!(argmax[r] as usize, top, "position {pos}, row {r}");
+        }
+    }
+
+    // Eagerly at the last position: the same logits as the graph's.
+    let again = DeviceBuffer::<bf16>::zeroed(&ctx, rows * c.vocab)?;
+    step.bind(&p.logits, &again)?;
+    step.run_eagerly()?;
+    stream.synchronize()?;
+    assert_eq!(again.to_vec()?, logits[positions - 1].to_vec()?);
+
+    // A token outside the vocabulary: its row's logits are NaN, the others' unchanged.
+    let bad = DeviceBuffer::from_host(&ctx, &[token(positions - 1, 0), 500, -1])?;
+    step.bind(&p.tokens, &bad)?;
+    step.run()?;
+    stream.synchronize()?;
+    let v = again.to_vec()?;
+    let row = |r: usize| &v[r * c.vocab..(r + 1) * c.vocab];
+    assert!(row(1).iter().chain(row(2)).all(|x| x.is_nan()));
+    assert_eq!(row(0), &logits[positions - 1].to_vec()?[..c.vocab]);
+    Ok(())
+}
