@@ -97,7 +97,7 @@ fn the_gpu_step_is_the_reference_at_every_position() -> graph_rt::Result<()> {
                 .map(|(a, b)| (a - b).abs() as f64)
                 .fold(0.0, f64::max);
             assert!(
-                worst <= 0.05 * sd,
+                worst <= 0.06 * sd,
                 "position {pos}, row {r}: worst |Δlogit| {worst:.4} vs std {sd:.4}"
             );
             // The kernel's argmax is the argmax of the logits it was given (first of equals).

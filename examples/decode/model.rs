@@ -104,7 +104,7 @@ pub struct Kernels {
     rope_append: TableKernel,
     attention: TableKernel,
     argmax: TableKernel,
-    rms_norm: Function,
+    add_norm: Function,
     silu_mul: Function,
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
@@ -134,7 +134,7 @@ impl Kernels {
             rope_append: table("rope_append")?,
             attention,
             argmax: table("argmax")?,
-            rms_norm: module.function("rms_norm")?,
+            add_norm: module.function("add_norm")?,
             silu_mul: module.function("silu_mul")?,
             copy: module.function("copy_words")?,
         })
@@ -171,6 +171,8 @@ pub struct Batch {
     h: DeviceBuffer<bf16>,
     qkv: DeviceBuffer<bf16>,
     attn: DeviceBuffer<bf16>,
+    /// The output and down projections' results, added to the residual by the next norm.
+    delta: DeviceBuffer<bf16>,
     gate_up: DeviceBuffer<bf16>,
     act: DeviceBuffer<bf16>,
     k: Vec<DeviceBuffer<bf16>>,
@@ -189,6 +191,7 @@ impl Batch {
             h: z(c.d)?,
             qkv: z((c.heads + 2 * c.kv_heads) * hd)?,
             attn: z(c.heads * hd)?,
+            delta: z(c.d)?,
             gate_up: z(2 * c.mlp)?,
             act: z(c.mlp)?,
             k: (0..c.layers)
@@ -219,10 +222,12 @@ impl Model {
         })
     }
 
-    /// One decode step of batch `a` through the step's scope: embedding and norm, per layer
-    /// the QKV GEMM, rotary and cache append, attention over the positions written, the output
-    /// GEMM accumulating into the residual (β = 1), norm, the gate/up GEMM, SiLU·up and the
-    /// down GEMM into the residual; the final norm, the head GEMM and the argmax.
+    /// One decode step of batch `a` through the step's scope: embedding and norm; per layer the
+    /// QKV GEMM, rotary and cache append, attention over the positions written, the output GEMM,
+    /// the residual add fused with the next norm, the gate/up GEMM, SiLU·up, the down GEMM and
+    /// again the residual add with the next norm (the next layer's, or the final one); the head
+    /// GEMM and the argmax. Rounded where PyTorch's bf16 eager model rounds, so that the two
+    /// sides' logits differ by less than PyTorch's own bf16 error.
     pub fn enqueue(&self, s: &StepScope<'_>, a: &mut Batch, p: &Params) -> graph_rt::Result<()> {
         let c = &self.c;
         let (b, d, hd) = (a.rows, c.d, c.head_dim());
@@ -237,18 +242,17 @@ impl Model {
                     kk: usize,
                     w: &DeviceBuffer<bf16>,
                     x: &DeviceBuffer<bf16>,
-                    beta: f32,
                     y: &mut DeviceBuffer<bf16>| {
-            // y (m × b, column-major: row-major [b, m]) = W x (+ y), W row-major [m, kk].
+            // y (m × b, column-major: row-major [b, m]) = W x, W row-major [m, kk].
             s.cublas(&self.blas, |bl| {
-                bl.gemm_bf16(Op::T, Op::N, m, b, kk, 1.0, w, kk, x, kk, beta, y, m)
+                bl.gemm_bf16(Op::T, Op::N, m, b, kk, 1.0, w, kk, x, kk, 0.0, y, m)
             })
         };
-        // SAFETY: every launch below passes buffers of the sizes its kernel reads and writes
+        // SAFETY (every launch below): buffers of the sizes its kernel reads and writes
         // (decode.cu's comments): rows × width of each activation, the caches
         // [rows, kv_heads, max_len, head_dim], slots of the step's table for the tokens (rows),
         // the logits (rows × vocab), the next tokens (rows), the position and length; the
-        // kernels bound position and length themselves.
+        // kernels bound token, position and length themselves.
         unsafe {
             s.launch_table(
                 &k.embed_norm,
@@ -265,28 +269,19 @@ impl Model {
                 ),
             )?;
         }
+        let add_norm = |a: &Batch, w: &DeviceBuffer<bf16>| {
+            // SAFETY: as above.
+            unsafe { s.launch(&k.add_norm, &rows, (&a.x, &a.delta, w, &a.h, i(d), EPS)) }
+        };
+        let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
         for (l, w) in self.w.layers.iter().enumerate() {
-            if l > 0 {
-                // SAFETY: as above.
-                unsafe { s.launch(&k.rms_norm, &rows, (&a.x, &w.n1, &a.h, i(d), EPS))? };
-            }
-            gemm(qkv_w, d, &w.qkv, &a.h, 0.0, &mut a.qkv)?;
-            let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
+            gemm(qkv_w, d, &w.qkv, &a.h, &mut a.qkv)?;
             // SAFETY: as above.
             unsafe {
                 s.launch_table(
                     &k.rope_append,
                     &rows,
-                    (
-                        &a.qkv,
-                        &a.k[l],
-                        &a.v[l],
-                        dims.0,
-                        dims.1,
-                        dims.2,
-                        dims.3,
-                        p.pos.slot(),
-                    ),
+                    (&a.qkv, &a.k[l], &a.v[l], dims.0, dims.1, dims.2, dims.3, p.pos.slot()),
                 )?;
                 s.launch_table(
                     &k.attention,
@@ -305,10 +300,9 @@ impl Model {
                     ),
                 )?;
             }
-            gemm(d, attn_w, &w.o, &a.attn, 1.0, &mut a.x)?;
-            // SAFETY: as above.
-            unsafe { s.launch(&k.rms_norm, &rows, (&a.x, &w.n2, &a.h, i(d), EPS))? };
-            gemm(2 * mlp, d, &w.up, &a.h, 0.0, &mut a.gate_up)?;
+            gemm(d, attn_w, &w.o, &a.attn, &mut a.delta)?;
+            add_norm(a, &w.n2)?;
+            gemm(2 * mlp, d, &w.up, &a.h, &mut a.gate_up)?;
             // SAFETY: as above.
             unsafe {
                 s.launch(
@@ -317,17 +311,11 @@ impl Model {
                     (&a.gate_up, &a.act, i(mlp), i(b * mlp)),
                 )?;
             }
-            gemm(d, mlp, &w.down, &a.act, 1.0, &mut a.x)?;
+            gemm(d, mlp, &w.down, &a.act, &mut a.delta)?;
+            let next = self.w.layers.get(l + 1).map_or(&self.w.final_norm, |n| &n.n1);
+            add_norm(a, next)?;
         }
-        // SAFETY: as above.
-        unsafe {
-            s.launch(
-                &k.rms_norm,
-                &rows,
-                (&a.x, &self.w.final_norm, &a.h, i(d), EPS),
-            )?
-        };
-        gemm(c.vocab, d, &self.w.head, &a.h, 0.0, &mut logits)?;
+        gemm(c.vocab, d, &self.w.head, &a.h, &mut logits)?;
         // SAFETY: as above.
         unsafe {
             s.launch_table(

@@ -40,7 +40,8 @@ __device__ float block_reduce(float v, bool is_max, float* scratch) {
     return v;
 }
 
-// y = x / sqrt(mean(x^2) + eps) * w over one row of d.
+// y = x / sqrt(mean(x^2) + eps) * w over one row of d, in f32 and rounded once (as PyTorch's
+// fused RMSNorm).
 __device__ void norm_row(const bf16* x, const bf16* w, bf16* y, int d, float eps, float* scratch) {
     float ss = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
@@ -48,7 +49,7 @@ __device__ void norm_row(const bf16* x, const bf16* w, bf16* y, int d, float eps
         ss += v * v;
     }
     ss = block_reduce(ss, false, scratch);
-    float inv = 1.f / sqrtf(ss / (float)d + eps);
+    float inv = rsqrtf(ss / (float)d + eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) y[i] = st(ld(x[i]) * inv * ld(w[i]));
 }
 
@@ -70,16 +71,24 @@ extern "C" __global__ void embed_norm(const int* tokens, const bf16* embedding, 
     norm_row(e, w, yr, d, eps, scratch);
 }
 
-// One block per batch row: y = RMSNorm(x) * w.
-extern "C" __global__ void rms_norm(const bf16* x, const bf16* w, bf16* y, int d, float eps) {
+// One block per batch row: the residual x += delta (rounded to bf16, as PyTorch's `x + f(x)`:
+// delta arrives rounded from its GEMM), then y = RMSNorm(x) * w. Each thread reads back only
+// the elements it wrote.
+extern "C" __global__ void add_norm(bf16* x, const bf16* delta, const bf16* w, bf16* y, int d,
+                                    float eps) {
     __shared__ float scratch[32];
     size_t row = (size_t)blockIdx.x * d;
-    norm_row(x + row, w, y + row, d, eps, scratch);
+    bf16* xr = x + row;
+    const bf16* dr = delta + row;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = st(ld(xr[i]) + ld(dr[i]));
+    norm_row(xr, w, y + row, d, eps, scratch);
 }
 
 // One block per batch row of qkv ([batch, (heads + 2 kv_heads) head_dim]: q heads, k heads, v
 // heads): rotates q in place and k (halves rotated, base 10000) to position `pos`, and writes k
-// and v into the caches at `pos`. A position outside the cache writes nothing.
+// and v into the caches at `pos`. The angle in f32, cos and sin rounded to bf16 and every product
+// and sum rounded, as PyTorch's bf16 `t1 * cos - t2 * sin` computes it. A position outside the
+// cache writes nothing.
 extern "C" __global__ void rope_append(bf16* qkv, bf16* k_cache, bf16* v_cache, int heads,
                                        int kv_heads, int head_dim, int max_len, int pos) {
     if (pos < 0 || pos >= max_len) return;
@@ -90,10 +99,11 @@ extern "C" __global__ void rope_append(bf16* qkv, bf16* k_cache, bf16* v_cache, 
         int head = j / half, i = j % half;
         float inv = 1.f / powf(10000.f, (float)i / (float)half);
         float ang = (float)pos * inv;
-        float c = cosf(ang), s = sinf(ang);
+        float c = ld(st(cosf(ang))), s = ld(st(sinf(ang)));
         bf16* t = row + head * head_dim;
         float a = ld(t[i]), z = ld(t[i + half]);
-        bf16 r0 = st(a * c - z * s), r1 = st(z * c + a * s);
+        bf16 r0 = st(ld(st(a * c)) - ld(st(z * s)));
+        bf16 r1 = st(ld(st(z * c)) + ld(st(a * s)));
         if (head < heads) {
             t[i] = r0;
             t[i + half] = r1;
@@ -201,14 +211,15 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
     }
 }
 
-// out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp.
+// out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
+// SiLU rounded to bf16 before the product, as PyTorch's `F.silu(g) * u`.
 extern "C" __global__ void silu_mul(const bf16* gate_up, bf16* out, int mlp, int n) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n) return;
     int b = idx / mlp, i = idx % mlp;
     const bf16* row = gate_up + (size_t)b * 2 * mlp;
     float g = ld(row[i]), u = ld(row[mlp + i]);
-    out[idx] = st(g / (1.f + expf(-g)) * u);
+    out[idx] = st(ld(st(g / (1.f + expf(-g)))) * u);
 }
 
 // (value, index) a beats (value, index) b: larger, NaN largest, ties to the lower index.
