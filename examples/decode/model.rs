@@ -141,11 +141,11 @@ impl Kernels {
     }
 }
 
-/// What changes between a step's calls: the tokens in, the logits and next tokens out, the
-/// position written and the positions attended (`pos + 1`).
+/// What changes between a step's calls: the tokens in, the logits (f32: the head GEMM's result
+/// unrounded) and next tokens out, the position written and the positions attended (`pos + 1`).
 pub struct Params {
     pub tokens: Buf<i32>,
-    pub logits: Buf<bf16>,
+    pub logits: Buf<f32>,
     pub next: Buf<i32>,
     pub pos: Scalar<i32>,
     pub len: Scalar<i32>,
@@ -281,7 +281,16 @@ impl Model {
                 s.launch_table(
                     &k.rope_append,
                     &rows,
-                    (&a.qkv, &a.k[l], &a.v[l], dims.0, dims.1, dims.2, dims.3, p.pos.slot()),
+                    (
+                        &a.qkv,
+                        &a.k[l],
+                        &a.v[l],
+                        dims.0,
+                        dims.1,
+                        dims.2,
+                        dims.3,
+                        p.pos.slot(),
+                    ),
                 )?;
                 s.launch_table(
                     &k.attention,
@@ -312,10 +321,31 @@ impl Model {
                 )?;
             }
             gemm(d, mlp, &w.down, &a.act, &mut a.delta)?;
-            let next = self.w.layers.get(l + 1).map_or(&self.w.final_norm, |n| &n.n1);
+            let next = self
+                .w
+                .layers
+                .get(l + 1)
+                .map_or(&self.w.final_norm, |n| &n.n1);
             add_norm(a, next)?;
         }
-        gemm(c.vocab, d, &self.w.head, &a.h, &mut logits)?;
+        s.cublas(&self.blas, |bl| {
+            let (v, h) = (c.vocab, &a.h);
+            bl.gemm_bf16_f32(
+                Op::T,
+                Op::N,
+                v,
+                b,
+                d,
+                1.0,
+                &self.w.head,
+                d,
+                h,
+                d,
+                0.0,
+                &mut logits,
+                v,
+            )
+        })?;
         // SAFETY: as above.
         unsafe {
             s.launch_table(

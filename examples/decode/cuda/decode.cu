@@ -229,16 +229,17 @@ __device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
     return v > bv || (v == bv && i < bi);
 }
 
-// One block per batch row (1024 threads): out[b] = the index of the largest logit (the first
-// of equal ones, NaN counted largest, as torch.argmax).
-extern "C" __global__ void argmax(const bf16* logits, int* out, int vocab) {
+// One block per batch row (1024 threads): out[b] = the token PyTorch's bf16 model picks from
+// these f32 logits: the index of the largest logit rounded to bf16, the first of equal ones
+// (NaN counted largest), as torch.argmax over bf16 logits.
+extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
     __shared__ float sv[32];
     __shared__ int si[32];
-    const bf16* row = logits + (size_t)blockIdx.x * vocab;
+    const float* row = logits + (size_t)blockIdx.x * vocab;
     float bv = NEG_INF;
     int bi = 0x7fffffff;
     for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = ld(row[i]);
+        float v = ld(st(row[i]));
         if (beats(v, i, bv, bi)) bv = v, bi = i;
     }
     for (int o = 16; o > 0; o >>= 1) {

@@ -29,7 +29,7 @@ pub enum Op {
 }
 
 impl Op {
-    fn raw(self) -> c_int {
+    pub(super) fn raw(self) -> c_int {
         match self {
             Op::N => sys::CUBLAS_OP_N,
             Op::T => sys::CUBLAS_OP_T,
@@ -66,8 +66,8 @@ impl Op {
 /// (which waits for the device, what no capture allows) runs later, on the context's release
 /// thread (see the `Drop`).
 pub struct Cublas {
-    handle: Handle,
-    lib: &'static CublasLib,
+    pub(super) handle: Handle,
+    pub(super) lib: &'static CublasLib,
     stream: Stream,
     workspace: DeviceBuffer<u8>,
     // Inside `record`: what the GEMMs used, for the capture's graph to keep alive.
@@ -282,29 +282,35 @@ impl Cublas {
     ) -> Result<()> {
         const CALL: &str = "cublasSgemm_v2";
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        self.gemm(CALL, &shape, None, [a, b, c], |d| {
-            // SAFETY: valid handle; the buffers belong to the handle's context and hold every
-            // element the GEMM touches (checked before `enqueue`); alpha and beta are host
-            // values (pointer mode host).
-            unsafe {
-                (self.lib.sgemm)(
-                    self.handle,
-                    transa.raw(),
-                    transb.raw(),
-                    d.m,
-                    d.n,
-                    d.k,
-                    &alpha,
-                    a.as_raw() as *const f32,
-                    d.lda,
-                    b.as_raw() as *const f32,
-                    d.ldb,
-                    &beta,
-                    c.as_raw() as *mut f32,
-                    d.ldc,
-                )
-            }
-        })
+        self.gemm(
+            CALL,
+            &shape,
+            None,
+            [a.into(), b.into(), (&*c).into()],
+            |d| {
+                // SAFETY: valid handle; the buffers belong to the handle's context and hold every
+                // element the GEMM touches (checked before `enqueue`); alpha and beta are host
+                // values (pointer mode host).
+                unsafe {
+                    (self.lib.sgemm)(
+                        self.handle,
+                        transa.raw(),
+                        transb.raw(),
+                        d.m,
+                        d.n,
+                        d.k,
+                        &alpha,
+                        a.as_raw() as *const f32,
+                        d.lda,
+                        b.as_raw() as *const f32,
+                        d.ldb,
+                        &beta,
+                        c.as_raw() as *mut f32,
+                        d.ldc,
+                    )
+                }
+            },
+        )
     }
 
     /// [`Cublas::sgemm`] on `batch` matrices at once (`cublasSgemmStridedBatched`): matrix `i`
@@ -339,151 +345,50 @@ impl Cublas {
             stride_c,
             count: batch,
         };
-        self.gemm(CALL, &shape, Some(&batch), [a, b, c], |d| {
-            // SAFETY: valid handle; the buffers belong to the handle's context and hold every
-            // element of the last matrix of the batch (checked before `enqueue`); alpha and beta
-            // are host values.
-            unsafe {
-                (self.lib.sgemm_strided_batched)(
-                    self.handle,
-                    transa.raw(),
-                    transb.raw(),
-                    d.m,
-                    d.n,
-                    d.k,
-                    &alpha,
-                    a.as_raw() as *const f32,
-                    d.lda,
-                    stride_a,
-                    b.as_raw() as *const f32,
-                    d.ldb,
-                    stride_b,
-                    &beta,
-                    c.as_raw() as *mut f32,
-                    d.ldc,
-                    stride_c,
-                    batch.count,
-                )
-            }
-        })
-    }
-
-    /// [`Cublas::sgemm`] on bf16 matrices (`cublasGemmEx`, `CUDA_R_16BF`; elements of
-    /// [`half::bf16`], re-exported as `graph_rt::half`) with f32 accumulation
-    /// (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`. An f16 buffer does not compile here:
-    ///
-    /// ```no_run
-    /// # use graph_rt::*;
-    /// # use graph_rt::cublas::{Cublas, Op as CublasOp};
-    /// # fn f(blas: &Cublas, a: &DeviceBuffer<half::bf16>, b: &DeviceBuffer<half::bf16>,
-    /// #      c: &mut DeviceBuffer<half::bf16>) -> Result<()> {
-    /// blas.gemm_bf16(CublasOp::N, CublasOp::N, 16, 16, 16, 1.0, a, 16, b, 16, 0.0, c, 16)
-    /// # }
-    /// ```
-    ///
-    /// ```compile_fail,E0308
-    /// # use graph_rt::*;
-    /// # use graph_rt::cublas::{Cublas, Op as CublasOp};
-    /// # fn f(blas: &Cublas, a: &DeviceBuffer<half::f16>, b: &DeviceBuffer<half::f16>,
-    /// #      c: &mut DeviceBuffer<half::f16>) -> Result<()> {
-    /// blas.gemm_bf16(CublasOp::N, CublasOp::N, 16, 16, 16, 1.0, a, 16, b, 16, 0.0, c, 16)
-    /// # }
-    /// ```
-    #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
-    pub fn gemm_bf16(
-        &self,
-        transa: Op,
-        transb: Op,
-        m: usize,
-        n: usize,
-        k: usize,
-        alpha: f32,
-        a: &DeviceBuffer<half::bf16>,
-        lda: usize,
-        b: &DeviceBuffer<half::bf16>,
-        ldb: usize,
-        beta: f32,
-        c: &mut DeviceBuffer<half::bf16>,
-        ldc: usize,
-    ) -> Result<()> {
-        let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        self.gemm_ex(sys::CUDA_R_16BF, &shape, (alpha, beta), a, b, c)
-    }
-
-    /// [`Cublas::sgemm`] on f16 matrices (`cublasGemmEx`, `CUDA_R_16F`; elements of
-    /// [`half::f16`]) with f32 accumulation (`CUBLAS_COMPUTE_32F`) and f32 `alpha`, `beta`. A
-    /// bf16 buffer does not compile here.
-    #[allow(clippy::too_many_arguments)] // cuBLAS's arguments, in cuBLAS's order
-    pub fn gemm_f16(
-        &self,
-        transa: Op,
-        transb: Op,
-        m: usize,
-        n: usize,
-        k: usize,
-        alpha: f32,
-        a: &DeviceBuffer<half::f16>,
-        lda: usize,
-        b: &DeviceBuffer<half::f16>,
-        ldb: usize,
-        beta: f32,
-        c: &mut DeviceBuffer<half::f16>,
-        ldc: usize,
-    ) -> Result<()> {
-        let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        self.gemm_ex(sys::CUDA_R_16F, &shape, (alpha, beta), a, b, c)
-    }
-
-    /// `cublasGemmEx` with A, B and C of `dtype` (the `cudaDataType_t` of `T`, 16 bits).
-    fn gemm_ex<T: bytemuck::Pod>(
-        &self,
-        dtype: c_int,
-        shape: &GemmShape,
-        (alpha, beta): (f32, f32),
-        a: &DeviceBuffer<T>,
-        b: &DeviceBuffer<T>,
-        c: &mut DeviceBuffer<T>,
-    ) -> Result<()> {
-        const CALL: &str = "cublasGemmEx";
-        self.gemm(CALL, shape, None, [a, b, c], |d| {
-            // SAFETY: valid handle; the buffers belong to the handle's context and hold every
-            // 16-bit element the GEMM touches (checked before `enqueue`); alpha and beta are host
-            // floats, the scale type of CUBLAS_COMPUTE_32F.
-            unsafe {
-                (self.lib.gemm_ex)(
-                    self.handle,
-                    shape.transa.raw(),
-                    shape.transb.raw(),
-                    d.m,
-                    d.n,
-                    d.k,
-                    (&alpha as *const f32).cast(),
-                    a.as_raw() as *const c_void,
-                    dtype,
-                    d.lda,
-                    b.as_raw() as *const c_void,
-                    dtype,
-                    d.ldb,
-                    (&beta as *const f32).cast(),
-                    c.as_raw() as *mut c_void,
-                    dtype,
-                    d.ldc,
-                    sys::CUBLAS_COMPUTE_32F,
-                    sys::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-        })
+        self.gemm(
+            CALL,
+            &shape,
+            Some(&batch),
+            [a.into(), b.into(), (&*c).into()],
+            |d| {
+                // SAFETY: valid handle; the buffers belong to the handle's context and hold every
+                // element of the last matrix of the batch (checked before `enqueue`); alpha and beta
+                // are host values.
+                unsafe {
+                    (self.lib.sgemm_strided_batched)(
+                        self.handle,
+                        transa.raw(),
+                        transb.raw(),
+                        d.m,
+                        d.n,
+                        d.k,
+                        &alpha,
+                        a.as_raw() as *const f32,
+                        d.lda,
+                        stride_a,
+                        b.as_raw() as *const f32,
+                        d.ldb,
+                        stride_b,
+                        &beta,
+                        c.as_raw() as *mut f32,
+                        d.ldc,
+                        stride_c,
+                        batch.count,
+                    )
+                }
+            },
+        )
     }
 
     /// Checks a GEMM (sizes, buffers, capture), orders it after stream-ordered buffers of other
     /// streams, queues it with `enqueue` (given the checked sizes), then, eagerly, keeps those
     /// buffers alive until it has finished (see the `order` module).
-    fn gemm<T: bytemuck::Pod>(
+    pub(super) fn gemm(
         &self,
         call: &'static str,
         shape: &GemmShape,
         batch: Option<&Batch>,
-        buffers: [&DeviceBuffer<T>; 3],
+        buffers: [Operand<'_>; 3],
         enqueue: impl FnOnce(&Dims) -> sys::Status,
     ) -> Result<()> {
         let (dims, foreign) = self.prepare(call, shape, batch, buffers)?;
@@ -498,16 +403,16 @@ impl Cublas {
     /// Checks a GEMM's sizes and buffers (A, B, C), makes the context current and orders the
     /// GEMM after stream-ordered buffers of other streams. Returns the checked sizes and, for
     /// an eager GEMM, those buffers' allocations, to keep until it has finished.
-    fn prepare<T: bytemuck::Pod>(
+    fn prepare(
         &self,
         call: &'static str,
         shape: &GemmShape,
         batch: Option<&Batch>,
-        buffers: [&DeviceBuffer<T>; 3],
+        buffers: [Operand<'_>; 3],
     ) -> Result<(Dims, Vec<Arc<Allocation>>)> {
-        let dims = check_gemm_dims(call, shape, buffers.map(DeviceBuffer::len), batch)?;
+        let dims = check_gemm_dims(call, shape, buffers.map(|b| b.len), batch)?;
         for (name, buffer) in ["A", "B", "C"].into_iter().zip(buffers) {
-            if !buffer.allocation().in_context(self.stream.context()) {
+            if !buffer.allocation.in_context(self.stream.context()) {
                 return Err(Error::misuse(
                     call,
                     Misuse::OtherContext,
@@ -524,7 +429,7 @@ impl Cublas {
             ));
         }
         self.bind()?;
-        let foreign = order::foreign(&self.stream, buffers.map(DeviceBuffer::allocation));
+        let foreign = order::foreign(&self.stream, buffers.map(|b| b.allocation));
         let mut kept = self.kept.borrow_mut();
         let after = if foreign.is_empty() {
             Vec::new()
@@ -540,8 +445,7 @@ impl Cublas {
             return Ok((dims, after));
         }
         for b in buffers {
-            let r: Arc<Allocation> = b.allocation().clone();
-            kept.push(r);
+            kept.push(b.allocation.clone());
         }
         Ok((dims, Vec::new()))
     }
@@ -557,6 +461,23 @@ impl Cublas {
 
     fn bind(&self) -> Result<()> {
         self.stream.context().bind()
+    }
+}
+
+/// One matrix of a GEMM as the checks see it: its length in elements and its allocation (A and
+/// B may hold another element type than C).
+#[derive(Clone, Copy)]
+pub(super) struct Operand<'a> {
+    len: usize,
+    allocation: &'a Arc<Allocation>,
+}
+
+impl<'a, T: bytemuck::Pod> From<&'a DeviceBuffer<T>> for Operand<'a> {
+    fn from(b: &'a DeviceBuffer<T>) -> Self {
+        Self {
+            len: b.len(),
+            allocation: b.allocation(),
+        }
     }
 }
 

@@ -29,6 +29,7 @@
 
 mod borrow;
 mod destroy;
+mod gemm_ex;
 mod handle;
 mod order;
 mod sys;

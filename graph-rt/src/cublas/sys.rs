@@ -31,6 +31,8 @@ pub(crate) const CUBLAS_OP_T: c_int = 1;
 /// `cudaDataType_t`.
 pub(crate) const CUDA_R_16F: c_int = 2;
 pub(crate) const CUDA_R_16BF: c_int = 14;
+/// `CUDA_R_32F`: f32 (`cudaDataType_t`).
+pub(crate) const CUDA_R_32F: c_int = 0;
 
 /// `cublasComputeType_t`: f32 accumulation (alpha and beta are `float`).
 pub(crate) const CUBLAS_COMPUTE_32F: c_int = 68;

@@ -302,3 +302,97 @@ fn a_recorded_gemm_orders_a_buffer_allocated_on_another_stream() {
     wait_released(&t.ctx);
     assert!(t.ctx.take_deferred_errors().is_empty());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn bf16_gemms_with_an_f32_result_are_the_bf16_products_unrounded() -> Result<()> {
+    use half::bf16;
+    let ctx = ctx();
+    let stream = Stream::new(&ctx)?;
+    let blas = Cublas::new(&stream)?;
+    // y (m × n) = Wᵀ x with W k × m (row-major m × k, as a model keeps it), x k × n.
+    let (m, n, k) = (96, 3, 80);
+    let w: Vec<bf16> = (0..m * k)
+        .map(|i| bf16::from_f32(((i * 37 % 101) as f32 - 50.0) / 64.0))
+        .collect();
+    let x: Vec<bf16> = (0..k * n)
+        .map(|i| bf16::from_f32(((i * 13 % 29) as f32 - 14.0) / 16.0))
+        .collect();
+    let (wd, xd) = (
+        DeviceBuffer::from_host(&ctx, &w)?,
+        DeviceBuffer::from_host(&ctx, &x)?,
+    );
+    let mut y32 = DeviceBuffer::<f32>::zeroed(&ctx, m * n)?;
+    let mut y16 = DeviceBuffer::<bf16>::zeroed(&ctx, m * n)?;
+    blas.gemm_bf16_f32(
+        CublasOp::T,
+        CublasOp::N,
+        m,
+        n,
+        k,
+        1.0,
+        &wd,
+        k,
+        &xd,
+        k,
+        0.0,
+        &mut y32,
+        m,
+    )?;
+    blas.gemm_bf16(
+        CublasOp::T,
+        CublasOp::N,
+        m,
+        n,
+        k,
+        1.0,
+        &wd,
+        k,
+        &xd,
+        k,
+        0.0,
+        &mut y16,
+        m,
+    )?;
+    stream.synchronize()?;
+    let (got32, got16) = (y32.to_vec()?, y16.to_vec()?);
+    let mut unrounded = 0;
+    for j in 0..n {
+        for i in 0..m {
+            // Every product and partial sum is exact in f32 here (small multiples of 2⁻¹⁰).
+            let want: f64 = (0..k)
+                .map(|p| w[i * k + p].to_f64() * x[j * k + p].to_f64())
+                .sum();
+            let (a, b) = (got32[j * m + i], got16[j * m + i]);
+            assert_eq!(a as f64, want, "({i}, {j})");
+            assert_eq!(
+                b,
+                bf16::from_f32(a),
+                "({i}, {j}): the bf16 result is the f32 one rounded"
+            );
+            unrounded += usize::from(bf16::from_f32(a).to_f32() != a);
+        }
+    }
+    assert!(unrounded > 0, "some results need more than bf16's 8 bits");
+    // C of the wrong length is refused before anything is queued.
+    let mut short = DeviceBuffer::<f32>::zeroed(&ctx, m * n - 1)?;
+    let e = blas
+        .gemm_bf16_f32(
+            CublasOp::T,
+            CublasOp::N,
+            m,
+            n,
+            k,
+            1.0,
+            &wd,
+            k,
+            &xd,
+            k,
+            0.0,
+            &mut short,
+            m,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("cublasGemmEx"), "{e}");
+    Ok(())
+}
