@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from decode_weights import KINDS, seed  # noqa: E402
+from decode_weights import KINDS, SUCCESSOR, seed  # noqa: E402
 
 EPS = 1e-6
 MODES = ("eager", "cudagraph", "best")
@@ -105,7 +105,8 @@ def build_weights(a, dev):
     hd = a.d // a.heads
     proj = lambda kind, l, rows, cols: to_bf16(formula(kind, l, rows, cols, 1.0 / math.sqrt(cols), dev))
     norm = lambda kind, l: to_bf16(1.0 + formula(kind, l, 1, a.d, 0.1, dev)[0])
-    w = {"emb": to_bf16(formula("embedding", 0, a.vocab, a.d, 1.0, dev)), "layers": []}
+    emb64 = formula("embedding", 0, a.vocab, a.d, 1.0, dev)
+    w = {"emb": to_bf16(emb64), "layers": []}
     for l in range(a.layers):
         w["layers"].append({
             "n1": norm("norm1", l), "n2": norm("norm2", l),
@@ -115,7 +116,9 @@ def build_weights(a, dev):
             "down": proj("down", l, a.d, a.mlp),
         })
     w["fn"] = norm("final_norm", 0)
-    w["head"] = proj("head", 0, a.vocab, a.d)
+    # The head's successor bias (decode_weights.head_weight): row v + SUCCESSOR / d x embedding[v - 1].
+    head64 = formula("head", 0, a.vocab, a.d, 1.0 / math.sqrt(a.d), dev)
+    w["head"] = to_bf16(head64 + SUCCESSOR / a.d * torch.roll(emb64, 1, 0))
     return w
 
 

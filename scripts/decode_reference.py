@@ -12,18 +12,22 @@ import sys
 import numpy as np
 
 sys.path.insert(0, __import__("os").path.dirname(__file__))
-from decode_weights import seed  # noqa: E402
+from decode_weights import SUCCESSOR, seed  # noqa: E402
 
 EPS = 1e-6
 
 
-def matrix(kind, layer, rows, cols, scale):
+def matrix64(kind, layer, rows, cols, scale):
     s = seed(kind, layer)
     r = np.arange(rows, dtype=np.float64)[:, None]
     c = np.arange(cols, dtype=np.float64)[None, :]
     x = np.sin(12.9898 * r + 78.233 * c + 37.719 * s) * 43758.5453
     u = x - np.floor(x)
-    return ((2.0 * u - 1.0) * scale).astype(np.float32).astype(np.float64)
+    return (2.0 * u - 1.0) * scale
+
+
+def matrix(kind, layer, rows, cols, scale):
+    return matrix64(kind, layer, rows, cols, scale).astype(np.float32).astype(np.float64)
 
 
 def projection(kind, layer, rows, cols):
@@ -54,7 +58,10 @@ class Model:
                 down=projection("down", l, d, mlp),
             ))
         self.fn = norm("final_norm", 0, d)
-        self.head = projection("head", 0, vocab, d)
+        # The head's successor bias (decode_weights.head_weight), in float64 before rounding.
+        emb64 = matrix64("embedding", 0, vocab, d, 1.0)
+        self.head = (matrix64("head", 0, vocab, d, 1.0 / math.sqrt(d)) + SUCCESSOR / d * np.roll(emb64, 1, axis=0)
+                     ).astype(np.float32).astype(np.float64)
         self.cache = {}
 
     def rope(self, t, pos):

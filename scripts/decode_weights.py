@@ -28,6 +28,18 @@ def weight(s: int, r: int, c: int, scale: float) -> float:
     return (2.0 * unit(s, r, c) - 1.0) * scale
 
 
+# The output head's successor bias: row v also carries SUCCESSOR / d times the embedding of token
+# v - 1, so that each token's successor stands out of the other logits by about six of their
+# standard deviations: a clear top-1, not one decided by rounding.
+SUCCESSOR = 6.0
+
+
+def head_weight(d: int, vocab: int, v: int, c: int) -> float:
+    """The output head's weight at row v, column c (float64, before rounding)."""
+    return weight(seed("head", 0), v, c, 1.0 / math.sqrt(d)) + SUCCESSOR / d * weight(
+        seed("embedding", 0), (v - 1) % vocab, c, 1.0)
+
+
 if __name__ == "__main__":
     for kind, layer, r, c, scale in [
         ("embedding", 0, 0, 0, 1.0),

@@ -8,7 +8,7 @@ use graph_rt::step::{Buf, Scalar, StepParams, StepScope};
 use graph_rt::table::TableKernel;
 use graph_rt::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
 use graph_rt_dev::decode::reference::EPS;
-use graph_rt_dev::decode::{seed, weight, DecodeConfig, Tensor};
+use graph_rt_dev::decode::{head_weight, seed, weight, DecodeConfig, Tensor};
 
 mod table {
     include!(concat!(env!("OUT_DIR"), "/decode_table.rs"));
@@ -21,6 +21,12 @@ const TABLE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_table.ptx
 /// PyTorch rounds a float64 tensor), made on every core.
 fn matrix(tensor: Tensor, layer: usize, rows: usize, cols: usize, scale: f64) -> Vec<bf16> {
     let s = seed(tensor, layer);
+    made(rows, cols, |r, c| weight(s, r, c, scale))
+}
+
+/// `rows × cols` values of `f` (row, column), rounded to bf16 through f32, made on every core.
+fn made(rows: usize, cols: usize, f: impl Fn(usize, usize) -> f64 + Sync) -> Vec<bf16> {
+    let f = &f;
     let mut out = vec![bf16::ZERO; rows * cols];
     let threads = std::thread::available_parallelism().map_or(4, |n| n.get().min(32));
     let chunk = rows.div_ceil(threads).max(1) * cols;
@@ -29,7 +35,7 @@ fn matrix(tensor: Tensor, layer: usize, rows: usize, cols: usize, scale: f64) ->
             scope.spawn(move || {
                 for (j, v) in part.iter_mut().enumerate() {
                     let at = i * chunk + j;
-                    *v = bf16::from_f32(weight(s, at / cols, at % cols, scale) as f32);
+                    *v = bf16::from_f32(f(at / cols, at % cols) as f32);
                 }
             });
         }
@@ -93,7 +99,7 @@ impl Weights {
             embedding: up(matrix(Tensor::Embedding, 0, c.vocab, d, 1.0))?,
             layers,
             final_norm: up(norm(Tensor::FinalNorm, 0, d))?,
-            head: up(projection(Tensor::Head, 0, c.vocab, d))?,
+            head: up(made(c.vocab, d, |v, col| head_weight(d, c.vocab, v, col)))?,
         })
     }
 }

@@ -218,6 +218,19 @@ pub fn weight(s: u64, r: usize, c: usize, scale: f64) -> f64 {
     (2.0 * unit(s, r, c) - 1.0) * scale
 }
 
+/// The output head's successor bias: row `v` also carries `SUCCESSOR / d` times the embedding
+/// of token `v − 1`, so that each token's successor stands out of the other logits by about six
+/// of their standard deviations (a clear top-1, not one decided by rounding).
+pub const SUCCESSOR: f64 = 6.0;
+
+/// The output head's weight at row `v`, column `c` (before rounding): the formula's, scaled by
+/// 1/√d, plus the successor bias ([`SUCCESSOR`]).
+pub fn head_weight(d: usize, vocab: usize, v: usize, c: usize) -> f64 {
+    let prev = (v + vocab - 1) % vocab;
+    weight(seed(Tensor::Head, 0), v, c, 1.0 / (d as f64).sqrt())
+        + SUCCESSOR / d as f64 * weight(seed(Tensor::Embedding, 0), prev, c, 1.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,7 +311,7 @@ mod tests {
             ("--batches 1,0", "at least 1"),
             ("--layers 0", "1 to 32"),
             ("--d 8192", "256 to 4096"),
-            ("--d 1024 --heads 2", "above 256"),
+            ("--d 1024 --heads 2 --kv-heads 1", "above 256"),
             ("--max-len 40000", "at most 32768"),
             ("--width 3", "unknown option"),
             ("--layers", "needs a value"),
