@@ -1,7 +1,9 @@
 //! The decode example's model on the GPU against the CPU reference
-//! (`graph_rt_dev::decode::reference`) on a small configuration: the step as a graph, rebinding
-//! the tokens and logits and setting the position every call, gives the reference's logits to
-//! bf16 accuracy at every position, and the same logits eagerly; a bad token makes its row NaN.
+//! (`graph_rt_dev::decode::reference`) on a small configuration, with the example's own matrix
+//! products and with cuBLAS's: the step as a graph, rebinding the tokens and logits and setting
+//! the position every call, gives the reference's logits to bf16 accuracy at every position
+//! (its argmax the successor the head favours), and the same logits eagerly; a bad token makes
+//! its row NaN.
 
 #[path = "../examples/decode/model.rs"]
 #[allow(dead_code)]
@@ -12,7 +14,7 @@ use graph_rt::step::{Step, StepMode, StepOptions, StepParams};
 use graph_rt::{Context, DeviceBuffer, Stream};
 use graph_rt_dev::decode::reference::Reference;
 use graph_rt_dev::decode::DecodeConfig;
-use model::{Batch, Model, Params};
+use model::{Batch, Gemms, Model, Params};
 
 fn tiny() -> DecodeConfig {
     DecodeConfig {
@@ -38,8 +40,18 @@ fn std_dev(v: &[f32]) -> f64 {
 }
 
 #[test]
-#[ignore = "needs a CUDA GPU"]
-fn the_gpu_step_is_the_reference_at_every_position() -> graph_rt::Result<()> {
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn the_gpu_step_is_the_reference_at_every_position_with_its_own_products() -> graph_rt::Result<()> {
+    against_the_reference(Gemms::Own)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn the_gpu_step_is_the_reference_at_every_position_with_cublas() -> graph_rt::Result<()> {
+    against_the_reference(Gemms::Cublas)
+}
+
+fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
     let c = tiny();
     let rows = 3;
     let ctx = Context::new(0)?;
@@ -69,7 +81,7 @@ fn the_gpu_step_is_the_reference_at_every_position() -> graph_rt::Result<()> {
         ..StepOptions::default()
     };
     let mut step = Step::new(&stream, sp, options, |s| {
-        m.enqueue(s, &mut batch.borrow_mut(), &p)
+        m.enqueue(s, &mut batch.borrow_mut(), &p, gemms)
     })?;
     assert!(
         matches!(step.mode(), StepMode::Graph { .. }),

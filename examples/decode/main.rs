@@ -17,7 +17,9 @@
 //!
 //! Options: the model's (`--layers --d --heads --kv-heads --mlp --vocab --max-len --batches
 //! --position`, see `graph_rt_dev::decode::DecodeConfig`) and `--steps N` (64), `--iters N`
-//! (200), `--warm N` (20), `--out DIR`. A bad configuration is an error naming the option and
+//! (200), `--warm N` (20), `--out DIR`, `--gemm auto|cublas|own` (the matrix products: `auto`,
+//! the default, runs the example's matrix-vector kernel up to 8 rows and cuBLAS beyond, and
+//! times the graph with cuBLAS's products too where it used its own). A bad configuration is an error naming the option and
 //! exit code 2; no GPU, exit code 1.
 
 mod model;
@@ -28,9 +30,21 @@ use std::process::ExitCode;
 
 use graph_rt_dev::decode::DecodeConfig;
 
+/// `--gemm`: which matrix products the steps run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmChoice {
+    /// The example's matrix-vector kernel up to 8 rows (where it fits), cuBLAS beyond.
+    Auto,
+    /// cuBLAS everywhere.
+    Cublas,
+    /// The example's kernel wherever it fits.
+    Own,
+}
+
 /// The command line: the model's configuration and what to run.
 pub struct Options {
     pub config: DecodeConfig,
+    pub gemm: GemmChoice,
     pub steps: usize,
     pub iters: usize,
     pub warm: usize,
@@ -40,6 +54,7 @@ pub struct Options {
 impl Options {
     fn parse(args: Vec<String>) -> Result<Self, String> {
         let (mut steps, mut iters, mut warm, mut out) = (64, 200, 20, None);
+        let mut gemm = GemmChoice::Auto;
         let mut rest = Vec::new();
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
@@ -54,6 +69,14 @@ impl Options {
                 "--iters" => iters = num("--iters")?,
                 "--warm" => warm = num("--warm")?,
                 "--out" => out = Some(PathBuf::from(value("--out")?)),
+                "--gemm" => {
+                    gemm = match value("--gemm")?.as_str() {
+                        "auto" => GemmChoice::Auto,
+                        "cublas" => GemmChoice::Cublas,
+                        "own" => GemmChoice::Own,
+                        other => return Err(format!("--gemm {other:?}: auto, cublas or own")),
+                    }
+                }
                 "--help" | "-h" => return Err(HELP.into()),
                 _ => rest.push(flag),
             }
@@ -70,6 +93,7 @@ impl Options {
         }
         Ok(Self {
             config,
+            gemm,
             steps,
             iters,
             warm,
@@ -79,7 +103,8 @@ impl Options {
 }
 
 const HELP: &str = "usage: decode [--layers N --d N --heads N --kv-heads N --mlp N --vocab N \
---max-len N --batches 1,4,16 --position N] [--steps 64 --iters 200 --warm 20 --out DIR]";
+--max-len N --batches 1,4,16 --position N] [--steps 64 --iters 200 --warm 20 --out DIR \
+--gemm auto|cublas|own]";
 
 fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1).collect()) {

@@ -112,6 +112,8 @@ pub struct Kernels {
     argmax: TableKernel,
     add_norm: Function,
     silu_mul: Function,
+    gemv: Function,
+    gemv_f32: Function,
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
 }
@@ -142,9 +144,26 @@ impl Kernels {
             argmax: table("argmax")?,
             add_norm: module.function("add_norm")?,
             silu_mul: module.function("silu_mul")?,
+            gemv: module.function("gemv_bf16")?,
+            gemv_f32: module.function("gemv_bf16_f32")?,
             copy: module.function("copy_words")?,
         })
     }
+}
+
+/// Which matrix products the step runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gemms {
+    /// cuBLAS (`cublasGemmEx`) for every product.
+    Cublas,
+    /// The example's matrix-vector kernel where it applies ([`gemv_fits`]), cuBLAS elsewhere.
+    Own,
+}
+
+/// Whether the example's matrix-vector kernel takes a product of `rows` rows over `k`: at most
+/// 8 rows, `k` a multiple of 8, the rows within 48 KiB of shared memory.
+pub fn gemv_fits(rows: usize, k: usize) -> bool {
+    rows <= 8 && k % 8 == 0 && rows * k * 2 <= 48 * 1024
 }
 
 /// What changes between a step's calls: the tokens in, the logits (f32: the head GEMM's result
@@ -234,13 +253,19 @@ impl Model {
     /// again the residual add with the next norm (the next layer's, or the final one); the head
     /// GEMM and the argmax. Rounded where PyTorch's bf16 eager model rounds, so that the two
     /// sides' logits differ by less than PyTorch's own bf16 error.
-    pub fn enqueue(&self, s: &StepScope<'_>, a: &mut Batch, p: &Params) -> graph_rt::Result<()> {
+    pub fn enqueue(
+        &self,
+        s: &StepScope<'_>,
+        a: &mut Batch,
+        p: &Params,
+        gemms: Gemms,
+    ) -> graph_rt::Result<()> {
         let c = &self.c;
         let (b, d, hd) = (a.rows, c.d, c.head_dim());
         let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
         let i = |n: usize| n as i32;
         let rows = LaunchConfig::new(b as u32, 256u32);
-        let attn_cfg = LaunchConfig::new((c.heads as u32, b as u32), 256u32)
+        let attn_cfg = LaunchConfig::new((c.heads as u32, b as u32), 1024u32)
             .shared_mem(attention_smem(c) as u32);
         let mut logits = s.buffer(&p.logits)?;
         let k = &self.k;
@@ -250,6 +275,11 @@ impl Model {
                     x: &DeviceBuffer<bf16>,
                     y: &mut DeviceBuffer<bf16>| {
             // y (m × b, column-major: row-major [b, m]) = W x, W row-major [m, kk].
+            if gemms == Gemms::Own && gemv_fits(b, kk) {
+                let cfg = gemv_config(m, b, kk);
+                // SAFETY: W holds m × kk, x b × kk and y b × m elements; kk a multiple of 8.
+                return unsafe { s.launch(&k.gemv, &cfg, (w, x, &*y, i(m), i(kk), i(b))) };
+            }
             s.cublas(&self.blas, |bl| {
                 bl.gemm_bf16(Op::T, Op::N, m, b, kk, 1.0, w, kk, x, kk, 0.0, y, m)
             })
@@ -334,24 +364,22 @@ impl Model {
                 .map_or(&self.w.final_norm, |n| &n.n1);
             add_norm(a, next)?;
         }
-        s.cublas(&self.blas, |bl| {
-            let (v, h) = (c.vocab, &a.h);
-            bl.gemm_bf16_f32(
-                Op::T,
-                Op::N,
-                v,
-                b,
-                d,
-                1.0,
-                &self.w.head,
-                d,
-                h,
-                d,
-                0.0,
-                &mut logits,
-                v,
-            )
-        })?;
+        if gemms == Gemms::Own && gemv_fits(b, d) {
+            let (cfg, head) = (gemv_config(c.vocab, b, d), &self.w.head);
+            // SAFETY: the head holds vocab × d elements, h b × d, the logits b × vocab.
+            unsafe {
+                s.launch(
+                    &k.gemv_f32,
+                    &cfg,
+                    (head, &a.h, &logits, i(c.vocab), i(d), i(b)),
+                )?
+            };
+        } else {
+            s.cublas(&self.blas, |bl| {
+                let (v, h, w) = (c.vocab, &a.h, &self.w.head);
+                bl.gemm_bf16_f32(Op::T, Op::N, v, b, d, 1.0, w, d, h, d, 0.0, &mut logits, v)
+            })?;
+        }
         // SAFETY: as above.
         unsafe {
             s.launch_table(
@@ -371,7 +399,13 @@ pub fn fail(reason: String) -> graph_rt::Error {
     }
 }
 
-/// Attention's dynamic shared memory: a row of f32 scores over the cache.
+/// Attention's dynamic shared memory: a row of f32 scores over the cache and the partial sums
+/// of its weighted values (decode.cu).
 pub fn attention_smem(c: &DecodeConfig) -> usize {
-    4 * c.max_len
+    4 * (c.max_len + 32 * c.head_dim() + 2048)
+}
+
+/// The matrix-vector kernel's launch: a warp per output, 8 a block, the rows in shared memory.
+fn gemv_config(m: usize, rows: usize, k: usize) -> LaunchConfig {
+    LaunchConfig::new(m.div_ceil(8) as u32, 256u32).shared_mem((rows * k * 2) as u32)
 }

@@ -121,16 +121,18 @@ extern "C" __global__ void rope_append(bf16* qkv, bf16* k_cache, bf16* v_cache, 
     }
 }
 
-// Attention of one head of one batch row (grid: heads × batch; 256 threads; dynamic shared
-// memory: max_len floats) over the first `len` cache positions (those written so far), its
-// K/V head h / (heads / kv_heads), scores scaled by `scale`; out is [batch, heads head_dim].
-// head_dim: even, at most 256. `len` is clamped to the cache; below 1 the row is zero.
+// Attention of one head of one batch row (grid: heads × batch; up to 1024 threads, a multiple
+// of 32; dynamic shared memory: attention_smem_floats(max_len, head_dim) floats) over the first
+// `len` cache positions (those written so far), its K/V head h / (heads / kv_heads), scores
+// scaled by `scale`; out is [batch, heads head_dim]. head_dim: even, at most 256. `len` is
+// clamped to the cache; below 1 the row is zero.
 extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const bf16* v_cache,
                                      bf16* out, int heads, int kv_heads, int head_dim,
                                      int max_len, float scale, int len) {
-    extern __shared__ float scores[];
+    extern __shared__ float smem[];
+    float* scores = smem;               // max_len
+    float* part = smem + max_len;       // 32 * head_dim + 2048: per-warp or per-group sums
     __shared__ float q[256];
-    __shared__ float part[512];
     __shared__ float scratch[32];
     int h = blockIdx.x, b = blockIdx.y;
     int kh = h / (heads / kv_heads);
@@ -178,23 +180,43 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
     }
     sum = block_reduce(sum, false, scratch);  // its barriers also publish scores[]
 
-    // Weighted values: thread (group g, pair j) sums pair j of every G-th position from g.
+    int lanes = head_dim / 8;  // 16-byte chunks of a row
+    if ((head_dim & 7) == 0 && 32 % lanes == 0) {
+        // Weighted values, 8 dimensions a thread: thread (group g, chunk j) sums chunk j of
+        // every G-th position from g; then the groups of a warp are summed by shuffles, and the
+        // warps through shared memory.
+        int j = threadIdx.x % lanes, g = threadIdx.x / lanes, groups = blockDim.x / lanes;
+        float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        const uint4* vr = (const uint4*)V + j;
+        for (int t = g; t < len; t += groups) {
+            uint4 w = vr[(size_t)t * lanes];
+            float p = scores[t];
+            a[0] += p * lo(w.x); a[1] += p * hi(w.x); a[2] += p * lo(w.y); a[3] += p * hi(w.y);
+            a[4] += p * lo(w.z); a[5] += p * hi(w.z); a[6] += p * lo(w.w); a[7] += p * hi(w.w);
+        }
+        for (int off = lanes; off < 32; off <<= 1)
+            for (int e = 0; e < 8; e++) a[e] += __shfl_xor_sync(0xffffffffu, a[e], off);
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane < lanes)
+            for (int e = 0; e < 8; e++) part[warp * head_dim + 8 * lane + e] = a[e];
+        __syncthreads();
+        float inv = 1.f / sum;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+            float acc = 0.f;
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++) acc += part[w * head_dim + i];
+            o[i] = st(acc * inv);
+        }
+        return;
+    }
+
+    // Any other even width: thread (group g, pair j) sums pair j of every G-th position from g.
     int pairs = head_dim / 2, groups = blockDim.x / pairs;
+    if (groups * head_dim > 32 * head_dim + 2048) groups = (32 * head_dim + 2048) / head_dim;
     int j = threadIdx.x % pairs, g = threadIdx.x / pairs;
     if (g < groups) {
         float a0 = 0.f, a1 = 0.f;
         const unsigned* vr = (const unsigned*)V + j;
-        int t = g;
-        for (; t + 3 * groups < len; t += 4 * groups) {
-            unsigned w0 = vr[(size_t)t * pairs], w1 = vr[(size_t)(t + groups) * pairs];
-            unsigned w2 = vr[(size_t)(t + 2 * groups) * pairs];
-            unsigned w3 = vr[(size_t)(t + 3 * groups) * pairs];
-            float p0 = scores[t], p1 = scores[t + groups], p2 = scores[t + 2 * groups],
-                  p3 = scores[t + 3 * groups];
-            a0 += p0 * lo(w0) + p1 * lo(w1) + p2 * lo(w2) + p3 * lo(w3);
-            a1 += p0 * hi(w0) + p1 * hi(w1) + p2 * hi(w2) + p3 * hi(w3);
-        }
-        for (; t < len; t += groups) {
+        for (int t = g; t < len; t += groups) {
             unsigned w = vr[(size_t)t * pairs];
             a0 += scores[t] * lo(w);
             a1 += scores[t] * hi(w);
@@ -209,6 +231,59 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
         for (int k = 0; k < groups; k++) a += part[k * head_dim + i];
         o[i] = st(a * inv);
     }
+}
+
+// y[r, m] = sum_k W[m, k] x[r, k] for the `rows` rows of x (at most 8): a matrix-vector product
+// for small batches, W row-major [M, K] bf16 (K a multiple of 8), x [rows, K] staged in dynamic
+// shared memory (rows * K * 2 bytes), one warp per output m, 256 threads a block; y [rows, M]
+// bf16 rounded once, or f32.
+__device__ __forceinline__ void gemv(const bf16* W, const bf16* x, bf16* y16, float* y32,
+                                     int M, int K, int rows) {
+    extern __shared__ uint4 xs[];
+    int words = K / 8;
+    const uint4* xg = (const uint4*)x;
+    for (int i = threadIdx.x; i < rows * words; i += blockDim.x) xs[i] = xg[i];
+    __syncthreads();
+    int lane = threadIdx.x & 31;
+    int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (m >= M || rows > 8) return;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const uint4* wr = (const uint4*)(W + (size_t)m * K);
+#pragma unroll 4
+    for (int c = lane; c < words; c += 32) {
+        uint4 w = wr[c];
+        float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
+        float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            if (r < rows) {
+                uint4 v = xs[r * words + c];
+                acc[r] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
+                          f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        if (r < rows) {
+            float v = acc[r];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) {
+                if (y32) y32[(size_t)r * M + m] = v;
+                else y16[(size_t)r * M + m] = st(v);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void gemv_bf16(const bf16* W, const bf16* x, bf16* y, int M, int K,
+                                     int rows) {
+    gemv(W, x, y, 0, M, K, rows);
+}
+
+extern "C" __global__ void gemv_bf16_f32(const bf16* W, const bf16* x, float* y, int M, int K,
+                                         int rows) {
+    gemv(W, x, 0, y, M, K, rows);
 }
 
 // out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
