@@ -20,38 +20,50 @@ fn main() {
 const DECODE_POINTERS: &[&str] = &["embed_norm:0", "argmax:0", "argmax:1"];
 const DECODE_SCALARS: &[&str] = &["rope_append:7", "attention:9"];
 
-/// Writes `$OUT_DIR/decode_table.ptx` (the module with those parameters rewritten) and
-/// `$OUT_DIR/decode_table.rs` (each rewritten kernel's signature, for `TableKernel::from_signature`).
+/// Writes `$OUT_DIR/decode_table.ptx` and `$OUT_DIR/decode_pdl_table.ptx` (the two modules with
+/// those parameters rewritten) and `$OUT_DIR/decode_table.rs` (each rewritten kernel's
+/// signature, for `TableKernel::from_signature`: the same in both modules, checked).
 fn decode_table_forms() {
-    let src = Path::new("examples/decode/ptx/decode.ptx");
-    println!("cargo:rerun-if-changed={}", src.display());
-    let ptx = std::fs::read(src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
-    let parse = |list: &[&str]| -> Vec<graph_rt_ptx::ParamRef> {
-        list.iter()
-            .map(|r| r.parse().unwrap_or_else(|e| panic!("parameter {r}: {e}")))
-            .collect()
-    };
-    let options = graph_rt_ptx::Options {
-        kernels: Some(
-            ["embed_norm", "rope_append", "attention", "argmax"]
-                .map(String::from)
-                .to_vec(),
-        ),
-        params: parse(DECODE_POINTERS),
-        scalars: parse(DECODE_SCALARS),
-        ..Default::default()
-    };
-    let out = graph_rt_ptx::indirect(&ptx, &options)
-        .unwrap_or_else(|e| panic!("the PTX pass refused {}: {e}", src.display()));
     let dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
-    std::fs::write(dir.join("decode_table.ptx"), &out.ptx).expect("writing decode_table.ptx");
+    let mut signatures = None;
+    for name in ["decode", "decode_pdl"] {
+        let src = PathBuf::from(format!("examples/decode/ptx/{name}.ptx"));
+        println!("cargo:rerun-if-changed={}", src.display());
+        let ptx = std::fs::read(&src).unwrap_or_else(|e| panic!("reading {}: {e}", src.display()));
+        let parse = |list: &[&str]| -> Vec<graph_rt_ptx::ParamRef> {
+            list.iter()
+                .map(|r| r.parse().unwrap_or_else(|e| panic!("parameter {r}: {e}")))
+                .collect()
+        };
+        let options = graph_rt_ptx::Options {
+            kernels: Some(
+                ["embed_norm", "rope_append", "attention", "argmax"]
+                    .map(String::from)
+                    .to_vec(),
+            ),
+            params: parse(DECODE_POINTERS),
+            scalars: parse(DECODE_SCALARS),
+            ..Default::default()
+        };
+        let out = graph_rt_ptx::indirect(&ptx, &options)
+            .unwrap_or_else(|e| panic!("the PTX pass refused {}: {e}", src.display()));
+        std::fs::write(dir.join(format!("{name}_table.ptx")), &out.ptx)
+            .unwrap_or_else(|e| panic!("writing {name}_table.ptx: {e}"));
+        match &signatures {
+            None => signatures = Some(out.kernels),
+            Some(first) => assert_eq!(
+                first, &out.kernels,
+                "decode.ptx and decode_pdl.ptx have different table signatures"
+            ),
+        }
+    }
     let mut rs = String::from(
         "// Made by build.rs from examples/decode/ptx/decode.ptx with the PTX pass.\n\
          /// Each rewritten kernel's signature, as the PTX pass reported it.\n\
          pub fn signatures() -> Vec<graph_rt::ptx::KernelSignature> {\n    \
          use graph_rt::ptx::*;\n    vec![\n",
     );
-    for k in &out.kernels {
+    for k in signatures.as_deref().unwrap_or_default() {
         writeln!(
             rs,
             "        KernelSignature {{ name: {:?}.into(), params: vec![",

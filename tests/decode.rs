@@ -14,7 +14,7 @@ use graph_rt::step::{Step, StepMode, StepOptions, StepParams};
 use graph_rt::{Context, DeviceBuffer, Stream};
 use graph_rt_dev::decode::reference::Reference;
 use graph_rt_dev::decode::DecodeConfig;
-use model::{Batch, Gemms, Model, Params};
+use model::{Batch, Gemms, Model, Params, Variant};
 
 fn tiny() -> DecodeConfig {
     DecodeConfig {
@@ -51,7 +51,12 @@ fn the_gpu_step_is_the_reference_at_every_position_with_cublas() -> graph_rt::Re
     against_the_reference(Gemms::Cublas)
 }
 
+/// One GPU test at a time in this process: a capture in one would be broken by an allocation in
+/// another.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let c = tiny();
     let rows = 3;
     let ctx = Context::new(0)?;
@@ -80,8 +85,13 @@ fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
         recapturable: true,
         ..StepOptions::default()
     };
+    // With PDL where the device has it (the example's default).
+    let v = Variant {
+        gemms,
+        pdl: m.k_pdl.is_some(),
+    };
     let mut step = Step::new(&stream, sp, options, |s| {
-        m.enqueue(s, &mut batch.borrow_mut(), &p, gemms)
+        m.enqueue(s, &mut batch.borrow_mut(), &p, v)
     })?;
     assert!(
         matches!(step.mode(), StepMode::Graph { .. }),

@@ -16,6 +16,8 @@ mod table {
 
 /// The example's kernels with the rewritten parameters' table slots (build.rs).
 const TABLE_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_table.ptx"));
+/// The same with programmatic dependent launch (compute capability 9.0 on).
+const TABLE_PDL_PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_pdl_table.ptx"));
 
 /// The formula's matrix `rows × cols` of `tensor` of `layer`, rounded to bf16 (through f32, as
 /// PyTorch rounds a float64 tensor), made on every core.
@@ -106,6 +108,9 @@ impl Weights {
 
 /// The example's kernels: table forms where a parameter changes between calls, plain elsewhere.
 pub struct Kernels {
+    /// Each kernel starts with PDL's trigger and wait: every launch but the first after the
+    /// table's refresh is made programmatic.
+    pdl: bool,
     embed_norm: TableKernel,
     rope_append: TableKernel,
     attention: TableKernel,
@@ -119,10 +124,10 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// Loads the module build.rs made; attention may use `attention_smem` bytes of dynamic
-    /// shared memory (a row of scores).
-    pub fn load(ctx: &Context, attention_smem: usize) -> graph_rt::Result<Self> {
-        let module = Module::from_ptx(ctx, TABLE_PTX)?;
+    /// Loads a module build.rs made (with PDL or without); attention may use `attention_smem`
+    /// bytes of dynamic shared memory (a row of scores and partial sums).
+    pub fn load(ctx: &Context, attention_smem: usize, pdl: bool) -> graph_rt::Result<Self> {
+        let module = Module::from_ptx(ctx, if pdl { TABLE_PDL_PTX } else { TABLE_PTX })?;
         let sigs = table::signatures();
         let table = |name: &str| {
             let sig = sigs
@@ -138,6 +143,7 @@ impl Kernels {
                 .set_max_dynamic_shared_bytes(attention_smem as i32)?;
         }
         Ok(Self {
+            pdl,
             embed_norm: table("embed_norm")?,
             rope_append: table("rope_append")?,
             attention,
@@ -149,6 +155,23 @@ impl Kernels {
             copy: module.function("copy_words")?,
         })
     }
+
+    /// `c`, programmatic when these kernels are the PDL ones.
+    fn cfg(&self, c: LaunchConfig) -> LaunchConfig {
+        if self.pdl {
+            c.programmatic_stream_serialization()
+        } else {
+            c
+        }
+    }
+}
+
+/// How the step runs: its matrix products, and whether its kernels are launched with
+/// programmatic dependent launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Variant {
+    pub gemms: Gemms,
+    pub pdl: bool,
 }
 
 /// Which matrix products the step runs.
@@ -229,22 +252,36 @@ impl Batch {
     }
 }
 
-/// The model on one stream: configuration, weights, kernels and the cuBLAS handle.
+/// The model on one stream: configuration, weights, kernels (with PDL where the device has it)
+/// and the cuBLAS handle.
 pub struct Model {
     pub c: DecodeConfig,
     pub w: Weights,
     pub k: Kernels,
+    pub k_pdl: Option<Kernels>,
     pub blas: Cublas,
 }
 
 impl Model {
     pub fn new(ctx: &Context, stream: &Stream, c: &DecodeConfig) -> graph_rt::Result<Self> {
+        let pdl = ctx.device().compute_capability()?.0 >= 9;
+        let smem = attention_smem(c);
         Ok(Self {
             w: Weights::new(ctx, c)?,
-            k: Kernels::load(ctx, attention_smem(c))?,
+            k: Kernels::load(ctx, smem, false)?,
+            k_pdl: pdl.then(|| Kernels::load(ctx, smem, true)).transpose()?,
             blas: Cublas::new(stream)?,
             c: c.clone(),
         })
+    }
+
+    /// The best variant this device runs: PDL where it has it, cuBLAS's products (measured
+    /// faster than the example's own on an H200 at every batch).
+    pub fn best(&self) -> Variant {
+        Variant {
+            gemms: Gemms::Cublas,
+            pdl: self.k_pdl.is_some(),
+        }
     }
 
     /// One decode step of batch `a` through the step's scope: embedding and norm; per layer the
@@ -258,17 +295,25 @@ impl Model {
         s: &StepScope<'_>,
         a: &mut Batch,
         p: &Params,
-        gemms: Gemms,
+        v: Variant,
     ) -> graph_rt::Result<()> {
+        let gemms = v.gemms;
+        let k = match (&self.k_pdl, v.pdl) {
+            (Some(k), true) => k,
+            _ => &self.k,
+        };
         let c = &self.c;
         let (b, d, hd) = (a.rows, c.d, c.head_dim());
         let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
         let i = |n: usize| n as i32;
-        let rows = LaunchConfig::new(b as u32, 256u32);
-        let attn_cfg = LaunchConfig::new((c.heads as u32, b as u32), 1024u32)
-            .shared_mem(attention_smem(c) as u32);
+        // The first kernel after the table's refresh is never programmatic: it reads the slots.
+        let first = LaunchConfig::new(b as u32, 256u32);
+        let rows = k.cfg(first);
+        let attn_cfg = k.cfg(
+            LaunchConfig::new((c.heads as u32, b as u32), 1024u32)
+                .shared_mem(attention_smem(c) as u32),
+        );
         let mut logits = s.buffer(&p.logits)?;
-        let k = &self.k;
         let gemm = |m: usize,
                     kk: usize,
                     w: &DeviceBuffer<bf16>,
@@ -276,7 +321,7 @@ impl Model {
                     y: &mut DeviceBuffer<bf16>| {
             // y (m × b, column-major: row-major [b, m]) = W x, W row-major [m, kk].
             if gemms == Gemms::Own && gemv_fits(b, kk) {
-                let cfg = gemv_config(m, b, kk);
+                let cfg = k.cfg(gemv_config(m, b, kk));
                 // SAFETY: W holds m × kk, x b × kk and y b × m elements; kk a multiple of 8.
                 return unsafe { s.launch(&k.gemv, &cfg, (w, x, &*y, i(m), i(kk), i(b))) };
             }
@@ -285,14 +330,14 @@ impl Model {
             })
         };
         // SAFETY (every launch below): buffers of the sizes its kernel reads and writes
-        // (decode.cu's comments): rows × width of each activation, the caches
+        // (decode.cuh's comments): rows × width of each activation, the caches
         // [rows, kv_heads, max_len, head_dim], slots of the step's table for the tokens (rows),
         // the logits (rows × vocab), the next tokens (rows), the position and length; the
         // kernels bound token, position and length themselves.
         unsafe {
             s.launch_table(
                 &k.embed_norm,
-                &rows,
+                &first,
                 (
                     p.tokens.slot(),
                     &self.w.embedding,
@@ -352,7 +397,7 @@ impl Model {
             unsafe {
                 s.launch(
                     &k.silu_mul,
-                    &LaunchConfig::for_elements(b * mlp, 256),
+                    &k.cfg(LaunchConfig::for_elements(b * mlp, 256)),
                     (&a.gate_up, &a.act, i(mlp), i(b * mlp)),
                 )?;
             }
@@ -365,7 +410,7 @@ impl Model {
             add_norm(a, next)?;
         }
         if gemms == Gemms::Own && gemv_fits(b, d) {
-            let (cfg, head) = (gemv_config(c.vocab, b, d), &self.w.head);
+            let (cfg, head) = (k.cfg(gemv_config(c.vocab, b, d)), &self.w.head);
             // SAFETY: the head holds vocab × d elements, h b × d, the logits b × vocab.
             unsafe {
                 s.launch(
@@ -384,7 +429,7 @@ impl Model {
         unsafe {
             s.launch_table(
                 &k.argmax,
-                &LaunchConfig::new(b as u32, 1024u32),
+                &k.cfg(LaunchConfig::new(b as u32, 1024u32)),
                 (p.logits.slot(), p.next.slot(), i(c.vocab)),
             )
         }

@@ -11,7 +11,7 @@ use graph_rt::timing::quantiles;
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream};
 use serde_json::{json, Value};
 
-use crate::model::{fail, Batch, Gemms, Model, Params};
+use crate::model::{fail, gemv_fits, Batch, Gemms, Model, Params, Variant};
 use crate::GemmChoice;
 use crate::Options;
 
@@ -75,6 +75,18 @@ fn copy_bandwidth(ctx: &Context, stream: &Stream, model: &Model) -> graph_rt::Re
     }
     let median = quantiles(ms, &[0.5])[0];
     Ok(2.0 * (words * 16) as f64 / (median * 1e-3))
+}
+
+/// A variant in words.
+fn describe(v: Variant) -> String {
+    format!(
+        "{}{}",
+        match v.gemms {
+            Gemms::Cublas => "cuBLAS products",
+            Gemms::Own => "the example's matrix-vector products",
+        },
+        if v.pdl { ", PDL" } else { ", no PDL" }
+    )
 }
 
 /// Runs every batch size; prints the table and writes `--out`. Ok(false): a step did not run
@@ -188,14 +200,17 @@ fn run_batch(
         recapturable: true,
         ..StepOptions::default()
     };
-    let gemms = match o.gemm {
-        GemmChoice::Cublas => Gemms::Cublas,
-        GemmChoice::Own => Gemms::Own,
-        GemmChoice::Auto if rows <= 8 => Gemms::Own,
-        GemmChoice::Auto => Gemms::Cublas,
+    let best = model.best();
+    let v = Variant {
+        gemms: match o.gemm {
+            GemmChoice::Auto => best.gemms,
+            GemmChoice::Cublas => Gemms::Cublas,
+            GemmChoice::Own => Gemms::Own,
+        },
+        pdl: best.pdl && !o.no_pdl,
     };
     let mut step = Step::new(stream, sp, options, |s| {
-        model.enqueue(s, &mut batch.borrow_mut(), &p, gemms)
+        model.enqueue(s, &mut batch.borrow_mut(), &p, v)
     })?;
     let capture_s = t.elapsed().as_secs_f64();
     let (graph, nodes) = match step.mode() {
@@ -261,18 +276,30 @@ fn run_batch(
     };
     drop(step);
 
-    // The products through cuBLAS instead, where the step used the example's own: measured.
-    let cublas_us = if gemms == Gemms::Own {
+    // The other variants, as graphs: the other matrix products where the example's own apply,
+    // PDL off (or on) where the device has it. Measured, so that the choice is.
+    let mut others = Vec::new();
+    if gemv_fits(rows, c.d.min(c.mlp).min(c.heads * c.head_dim())) {
+        let gemms = match v.gemms {
+            Gemms::Cublas => Gemms::Own,
+            Gemms::Own => Gemms::Cublas,
+        };
+        others.push(Variant { gemms, ..v });
+    }
+    if model.k_pdl.is_some() {
+        others.push(Variant { pdl: !v.pdl, ..v });
+    }
+    let mut alternatives = Vec::new();
+    for other in others {
         let mut sp = StepParams::new(ctx, 8)?;
-        let pc = Params::declare(&mut sp, rows, vocab)?;
-        at(&pc, &mut sp)?;
+        let pa = Params::declare(&mut sp, rows, vocab)?;
+        at(&pa, &mut sp)?;
         let mut step = Step::new(stream, sp, StepOptions::default(), |s| {
-            model.enqueue(s, &mut batch.borrow_mut(), &pc, Gemms::Cublas)
+            model.enqueue(s, &mut batch.borrow_mut(), &pa, other)
         })?;
-        Some(time(stream, o.iters, o.warm, || step.run())?[0])
-    } else {
-        None
-    };
+        let us = time(stream, o.iters, o.warm, || step.run())?[0];
+        alternatives.push((describe(other), us));
+    }
 
     let mut sp = StepParams::new(ctx, 8)?;
     let p2 = Params::declare(&mut sp, rows, vocab)?;
@@ -284,7 +311,7 @@ fn run_batch(
         ..ProfileOptions::default()
     };
     let mut profiled = Profiled::new("decode", stream, sp, StepOptions::default(), options, |s| {
-        model.enqueue(s, &mut batch.borrow_mut(), &p2, gemms)
+        model.enqueue(s, &mut batch.borrow_mut(), &p2, v)
     })?;
     let profile_s = t.elapsed().as_secs_f64();
     let report = profiled.report().to_string();
@@ -294,14 +321,13 @@ fn run_batch(
         Mode::Graph => "graph",
     };
     let chosen_us = time(stream, o.iters, o.warm, || profiled.run())?;
-    let products = match (gemms, cublas_us) {
-        (Gemms::Own, Some(c)) => format!(
-            "the example's matrix-vector kernel (the graph with cuBLAS's instead: {c:.1} µs)"
-        ),
-        _ => "cuBLAS".to_string(),
-    };
+    let instead: Vec<String> = alternatives
+        .iter()
+        .map(|(what, us)| format!("{what} {us:.1} µs"))
+        .collect();
     println!(
-        "decode: batch {rows}: products through {products}; {nodes} kernel nodes; captured in {capture_s:.2} s, profiled in {profile_s:.2} s; {end} teacher-forced steps in {forced_s:.2} s (top-1 margin min {:.4}, median {:.4}); µs per step: eager {:.1} · graph {} · chosen ({chosen}) {:.1}",
+        "decode: batch {rows}: {} (as graphs instead: {}); {nodes} kernel nodes; captured in {capture_s:.2} s, profiled in {profile_s:.2} s; {end} teacher-forced steps in {forced_s:.2} s (top-1 margin min {:.4}, median {:.4}); µs per step: eager {:.1} · graph {} · chosen ({chosen}) {:.1}",
+        describe(v), instead.join(" · "),
         margin[0], margin[1], eager[0],
         graph_us.map_or("—".into(), |g| format!("{:.1}", g[0])),
         chosen_us[0],
@@ -310,7 +336,8 @@ fn run_batch(
         "graph": graph,
         "kernel_nodes": nodes,
         "eager_us": eager[0], "eager_spread": [eager[1], eager[2]],
-        "gemms": format!("{gemms:?}"), "graph_cublas_us": cublas_us,
+        "variant": describe(v),
+        "alternatives": alternatives.iter().map(|(w, us)| json!({"variant": w, "graph_us": us})).collect::<Vec<_>>(),
         "graph_us": graph_us.map(|g| g[0]), "graph_spread": graph_us.map(|g| vec![g[1], g[2]]),
         "chosen": chosen, "chosen_us": chosen_us[0], "chosen_spread": [chosen_us[1], chosen_us[2]],
         "capture_s": capture_s, "profile_s": profile_s, "forced_s": forced_s,

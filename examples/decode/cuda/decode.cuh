@@ -1,0 +1,367 @@
+// The decode example's own kernels (not graph-rt's: a framework's), included by decode.cu (any
+// GPU of compute capability 7.0 on) and decode_pdl.cu (9.0 on: each kernel starts with
+// programmatic dependent launch's trigger and wait, so that launched programmatically it starts
+// while the kernel before it finishes); kernels/compile.py compiles both into ../ptx/, the
+// top-level build.rs makes their table forms.
+// Storage is bf16 (raw 16-bit words: no header needed), arithmetic f32. Activations are
+// row-major [batch, width]; the K/V caches [batch, kv_heads, max_len, head_dim].
+//
+// Every kernel bounds its own reads and writes by its arguments (a bad token, position or length
+// reads and writes nothing out of bounds): the caller's checks are not the only guard.
+
+#ifdef DECODE_PDL
+// Let the next kernel launch, then wait for the previous one and its writes: everything a kernel
+// reads or writes comes after this, at its very start.
+#define PDL_START() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+#else
+#define PDL_START() ((void)0)
+#endif
+
+typedef unsigned short bf16;
+#define NEG_INF __int_as_float(0xff800000)
+
+__device__ __forceinline__ float ld(bf16 x) { return __uint_as_float(((unsigned)x) << 16); }
+__device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ bf16 st(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16)((u >> 16) | 0x0040u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16)(u >> 16);
+}
+
+// The sum (or maximum) over the block, returned to every thread. blockDim.x: a multiple of 32.
+__device__ float block_reduce(float v, bool is_max, float* scratch) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    __syncthreads();  // scratch may still be read by a previous reduction
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    int warps = blockDim.x >> 5;
+    v = lane < warps ? scratch[lane] : (is_max ? NEG_INF : 0.f);
+    for (int o = 16; o > 0; o >>= 1) {
+        float w = __shfl_xor_sync(0xffffffffu, v, o);
+        v = is_max ? fmaxf(v, w) : v + w;
+    }
+    return v;
+}
+
+// y = x / sqrt(mean(x^2) + eps) * w over one row of d, in f32 and rounded once (as PyTorch's
+// fused RMSNorm).
+__device__ void norm_row(const bf16* x, const bf16* w, bf16* y, int d, float eps, float* scratch) {
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = ld(x[i]);
+        ss += v * v;
+    }
+    ss = block_reduce(ss, false, scratch);
+    float inv = rsqrtf(ss / (float)d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) y[i] = st(ld(x[i]) * inv * ld(w[i]));
+}
+
+// One block per batch row: x = embedding[token] (the residual stream), y = RMSNorm(x) * w.
+// A token outside the vocabulary makes the row NaN (it shows in the logits), reading nothing.
+extern "C" __global__ void embed_norm(const int* tokens, const bf16* embedding, const bf16* w,
+                                      bf16* x, bf16* y, int d, int vocab, float eps) {
+    PDL_START();
+    __shared__ float scratch[32];
+    int b = blockIdx.x;
+    int tok = tokens[b];
+    bf16* xr = x + (size_t)b * d;
+    bf16* yr = y + (size_t)b * d;
+    if (tok < 0 || tok >= vocab) {
+        for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = yr[i] = 0x7fc0;
+        return;
+    }
+    const bf16* e = embedding + (size_t)tok * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = e[i];
+    norm_row(e, w, yr, d, eps, scratch);
+}
+
+// One block per batch row: the residual x += delta (rounded to bf16, as PyTorch's `x + f(x)`:
+// delta arrives rounded from its GEMM), then y = RMSNorm(x) * w. Each thread reads back only
+// the elements it wrote.
+extern "C" __global__ void add_norm(bf16* x, const bf16* delta, const bf16* w, bf16* y, int d,
+                                    float eps) {
+    PDL_START();
+    __shared__ float scratch[32];
+    size_t row = (size_t)blockIdx.x * d;
+    bf16* xr = x + row;
+    const bf16* dr = delta + row;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = st(ld(xr[i]) + ld(dr[i]));
+    norm_row(xr, w, y + row, d, eps, scratch);
+}
+
+// One block per batch row of qkv ([batch, (heads + 2 kv_heads) head_dim]: q heads, k heads, v
+// heads): rotates q in place and k (halves rotated, base 10000) to position `pos`, and writes k
+// and v into the caches at `pos`. The angle in f32, cos and sin rounded to bf16 and every product
+// and sum rounded, as PyTorch's bf16 `t1 * cos - t2 * sin` computes it. A position outside the
+// cache writes nothing.
+extern "C" __global__ void rope_append(bf16* qkv, bf16* k_cache, bf16* v_cache, int heads,
+                                       int kv_heads, int head_dim, int max_len, int pos) {
+    PDL_START();
+    if (pos < 0 || pos >= max_len) return;
+    int b = blockIdx.x, half = head_dim / 2;
+    int width = (heads + 2 * kv_heads) * head_dim;
+    bf16* row = qkv + (size_t)b * width;
+    for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
+        int head = j / half, i = j % half;
+        float inv = 1.f / powf(10000.f, (float)i / (float)half);
+        float ang = (float)pos * inv;
+        float c = ld(st(cosf(ang))), s = ld(st(sinf(ang)));
+        bf16* t = row + head * head_dim;
+        float a = ld(t[i]), z = ld(t[i + half]);
+        bf16 r0 = st(ld(st(a * c)) - ld(st(z * s)));
+        bf16 r1 = st(ld(st(z * c)) + ld(st(a * s)));
+        if (head < heads) {
+            t[i] = r0;
+            t[i + half] = r1;
+        } else {
+            int kh = head - heads;
+            bf16* k = k_cache + (((size_t)b * kv_heads + kh) * max_len + pos) * head_dim;
+            k[i] = r0;
+            k[i + half] = r1;
+        }
+    }
+    const bf16* v = row + (heads + kv_heads) * head_dim;
+    for (int j = threadIdx.x; j < kv_heads * head_dim; j += blockDim.x) {
+        int kh = j / head_dim, i = j % head_dim;
+        v_cache[(((size_t)b * kv_heads + kh) * max_len + pos) * head_dim + i] = v[j];
+    }
+}
+
+// Attention of one head of one batch row (grid: heads × batch; up to 1024 threads, a multiple
+// of 32; dynamic shared memory: attention_smem_floats(max_len, head_dim) floats) over the first
+// `len` cache positions (those written so far), its K/V head h / (heads / kv_heads), scores
+// scaled by `scale`; out is [batch, heads head_dim]. head_dim: even, at most 256. `len` is
+// clamped to the cache; below 1 the row is zero.
+extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const bf16* v_cache,
+                                     bf16* out, int heads, int kv_heads, int head_dim,
+                                     int max_len, float scale, int len) {
+    PDL_START();
+    extern __shared__ float smem[];
+    float* scores = smem;               // max_len
+    float* part = smem + max_len;       // 32 * head_dim + 2048: per-warp or per-group sums
+    __shared__ float q[256];
+    __shared__ float scratch[32];
+    int h = blockIdx.x, b = blockIdx.y;
+    int kh = h / (heads / kv_heads);
+    bf16* o = out + ((size_t)b * heads + h) * head_dim;
+    if (len > max_len) len = max_len;
+    if (len < 1 || head_dim > 256) {
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) o[i] = 0;
+        return;
+    }
+    const bf16* qr = qkv + (size_t)b * (heads + 2 * kv_heads) * head_dim + h * head_dim;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) q[i] = ld(qr[i]) * scale;
+    __syncthreads();
+    size_t base = ((size_t)b * kv_heads + kh) * max_len * head_dim;
+    const bf16* K = k_cache + base;
+    const bf16* V = v_cache + base;
+
+    // Scores, one position a thread.
+    float mx = NEG_INF;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
+        float s = 0.f;
+        if ((head_dim & 7) == 0) {
+            const uint4* kr = (const uint4*)(K + (size_t)t * head_dim);
+            for (int c = 0; c < head_dim / 8; c++) {
+                uint4 w = kr[c];
+                const float* qc = q + 8 * c;
+                s += qc[0] * lo(w.x) + qc[1] * hi(w.x) + qc[2] * lo(w.y) + qc[3] * hi(w.y) +
+                     qc[4] * lo(w.z) + qc[5] * hi(w.z) + qc[6] * lo(w.w) + qc[7] * hi(w.w);
+            }
+        } else {
+            const unsigned* kr = (const unsigned*)(K + (size_t)t * head_dim);
+            for (int c = 0; c < head_dim / 2; c++) {
+                unsigned w = kr[c];
+                s += q[2 * c] * lo(w) + q[2 * c + 1] * hi(w);
+            }
+        }
+        scores[t] = s;
+        mx = fmaxf(mx, s);
+    }
+    mx = block_reduce(mx, true, scratch);
+    float sum = 0.f;
+    for (int t = threadIdx.x; t < len; t += blockDim.x) {
+        float p = expf(scores[t] - mx);
+        scores[t] = p;
+        sum += p;
+    }
+    sum = block_reduce(sum, false, scratch);  // its barriers also publish scores[]
+
+    int lanes = head_dim / 8;  // 16-byte chunks of a row
+    if ((head_dim & 7) == 0 && 32 % lanes == 0) {
+        // Weighted values, 8 dimensions a thread: thread (group g, chunk j) sums chunk j of
+        // every G-th position from g; then the groups of a warp are summed by shuffles, and the
+        // warps through shared memory.
+        int j = threadIdx.x % lanes, g = threadIdx.x / lanes, groups = blockDim.x / lanes;
+        float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        const uint4* vr = (const uint4*)V + j;
+        for (int t = g; t < len; t += groups) {
+            uint4 w = vr[(size_t)t * lanes];
+            float p = scores[t];
+            a[0] += p * lo(w.x); a[1] += p * hi(w.x); a[2] += p * lo(w.y); a[3] += p * hi(w.y);
+            a[4] += p * lo(w.z); a[5] += p * hi(w.z); a[6] += p * lo(w.w); a[7] += p * hi(w.w);
+        }
+        for (int off = lanes; off < 32; off <<= 1)
+            for (int e = 0; e < 8; e++) a[e] += __shfl_xor_sync(0xffffffffu, a[e], off);
+        int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane < lanes)
+            for (int e = 0; e < 8; e++) part[warp * head_dim + 8 * lane + e] = a[e];
+        __syncthreads();
+        float inv = 1.f / sum;
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+            float acc = 0.f;
+            for (int w = 0; w < (int)(blockDim.x >> 5); w++) acc += part[w * head_dim + i];
+            o[i] = st(acc * inv);
+        }
+        return;
+    }
+
+    // Any other even width: thread (group g, pair j) sums pair j of every G-th position from g.
+    int pairs = head_dim / 2, groups = blockDim.x / pairs;
+    if (groups * head_dim > 32 * head_dim + 2048) groups = (32 * head_dim + 2048) / head_dim;
+    int j = threadIdx.x % pairs, g = threadIdx.x / pairs;
+    if (g < groups) {
+        float a0 = 0.f, a1 = 0.f;
+        const unsigned* vr = (const unsigned*)V + j;
+        for (int t = g; t < len; t += groups) {
+            unsigned w = vr[(size_t)t * pairs];
+            a0 += scores[t] * lo(w);
+            a1 += scores[t] * hi(w);
+        }
+        part[g * head_dim + 2 * j] = a0;
+        part[g * head_dim + 2 * j + 1] = a1;
+    }
+    __syncthreads();
+    float inv = 1.f / sum;
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+        float a = 0.f;
+        for (int k = 0; k < groups; k++) a += part[k * head_dim + i];
+        o[i] = st(a * inv);
+    }
+}
+
+// y[r, m] = sum_k W[m, k] x[r, k] for the `rows` rows of x (at most 8): a matrix-vector product
+// for small batches, W row-major [M, K] bf16 (K a multiple of 8), x [rows, K] staged in dynamic
+// shared memory (rows * K * 2 bytes), one warp per output m, 256 threads a block; y [rows, M]
+// bf16 rounded once, or f32.
+__device__ __forceinline__ void gemv(const bf16* W, const bf16* x, bf16* y16, float* y32,
+                                     int M, int K, int rows) {
+    extern __shared__ uint4 xs[];
+    int words = K / 8;
+    const uint4* xg = (const uint4*)x;
+    for (int i = threadIdx.x; i < rows * words; i += blockDim.x) xs[i] = xg[i];
+    __syncthreads();
+    int lane = threadIdx.x & 31;
+    int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (m >= M || rows > 8) return;
+    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+    const uint4* wr = (const uint4*)(W + (size_t)m * K);
+#pragma unroll 4
+    for (int c = lane; c < words; c += 32) {
+        uint4 w = wr[c];
+        float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
+        float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            if (r < rows) {
+                uint4 v = xs[r * words + c];
+                acc[r] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
+                          f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 8; r++) {
+        if (r < rows) {
+            float v = acc[r];
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+            if (lane == 0) {
+                if (y32) y32[(size_t)r * M + m] = v;
+                else y16[(size_t)r * M + m] = st(v);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void gemv_bf16(const bf16* W, const bf16* x, bf16* y, int M, int K,
+                                     int rows) {
+    PDL_START();
+    gemv(W, x, y, 0, M, K, rows);
+}
+
+extern "C" __global__ void gemv_bf16_f32(const bf16* W, const bf16* x, float* y, int M, int K,
+                                         int rows) {
+    PDL_START();
+    gemv(W, x, 0, y, M, K, rows);
+}
+
+// out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
+// SiLU rounded to bf16 before the product, as PyTorch's `F.silu(g) * u`.
+extern "C" __global__ void silu_mul(const bf16* gate_up, bf16* out, int mlp, int n) {
+    PDL_START();
+    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= n) return;
+    int b = idx / mlp, i = idx % mlp;
+    const bf16* row = gate_up + (size_t)b * 2 * mlp;
+    float g = ld(row[i]), u = ld(row[mlp + i]);
+    out[idx] = st(ld(st(g / (1.f + expf(-g)))) * u);
+}
+
+// (value, index) a beats (value, index) b: larger, NaN largest, ties to the lower index.
+__device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
+    if (v != v) return bv == bv || i < bi;
+    if (bv != bv) return false;
+    return v > bv || (v == bv && i < bi);
+}
+
+// One block per batch row (1024 threads): out[b] = the token PyTorch's bf16 model picks from
+// these f32 logits: the index of the largest logit rounded to bf16, the first of equal ones
+// (NaN counted largest), as torch.argmax over bf16 logits.
+extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
+    PDL_START();
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float* row = logits + (size_t)blockIdx.x * vocab;
+    float bv = NEG_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = ld(st(row[i]));
+        if (beats(v, i, bv, bi)) bv = v, bi = i;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float v = __shfl_xor_sync(0xffffffffu, bv, o);
+        int i = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (beats(v, i, bv, bi)) bv = v, bi = i;
+    }
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) sv[warp] = bv, si[warp] = bi;
+    __syncthreads();
+    if (warp == 0) {
+        int warps = blockDim.x >> 5;
+        bv = lane < warps ? sv[lane] : NEG_INF;
+        bi = lane < warps ? si[lane] : 0x7fffffff;
+        for (int o = 16; o > 0; o >>= 1) {
+            float v = __shfl_xor_sync(0xffffffffu, bv, o);
+            int i = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (beats(v, i, bv, bi)) bv = v, bi = i;
+        }
+        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+// dst[i] = src[i] over n 16-byte words (grid-stride): the copy whose bandwidth the example's
+// weight-read floor is measured with.
+extern "C" __global__ void copy_words(const uint4* src, uint4* dst, unsigned long long n) {
+    PDL_START();
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        dst[i] = src[i];
+}
