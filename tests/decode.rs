@@ -30,8 +30,24 @@ fn tiny() -> DecodeConfig {
     }
 }
 
-fn token(pos: usize, row: usize) -> i32 {
-    ((7 + 31 * pos + 101 * row) % 500) as i32
+/// An odd shape: head width 48 (attention's other path), one KV head, an MLP width the
+/// example's matrix-vector kernel does not take (cuBLAS instead), a vocabulary of 333.
+fn odd() -> DecodeConfig {
+    DecodeConfig {
+        layers: 1,
+        d: 384,
+        heads: 8,
+        kv_heads: 1,
+        mlp: 300,
+        vocab: 333,
+        max_len: 40,
+        batches: vec![3],
+        position: 0,
+    }
+}
+
+fn token(pos: usize, row: usize, vocab: usize) -> i32 {
+    ((7 + 31 * pos + 101 * row) % vocab) as i32
 }
 
 fn std_dev(v: &[f32]) -> f64 {
@@ -42,22 +58,27 @@ fn std_dev(v: &[f32]) -> f64 {
 #[test]
 #[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
 fn the_gpu_step_is_the_reference_at_every_position_with_its_own_products() -> graph_rt::Result<()> {
-    against_the_reference(Gemms::Own)
+    against_the_reference(tiny(), Gemms::Own)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn an_odd_shape_is_the_reference_too() -> graph_rt::Result<()> {
+    against_the_reference(odd(), Gemms::Own)
 }
 
 #[test]
 #[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
 fn the_gpu_step_is_the_reference_at_every_position_with_cublas() -> graph_rt::Result<()> {
-    against_the_reference(Gemms::Cublas)
+    against_the_reference(tiny(), Gemms::Cublas)
 }
 
 /// One GPU test at a time in this process: a capture in one would be broken by an allocation in
 /// another.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
+fn against_the_reference(c: DecodeConfig, gemms: Gemms) -> graph_rt::Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let c = tiny();
     let rows = 3;
     let ctx = Context::new(0)?;
     let stream = Stream::new(&ctx)?;
@@ -66,7 +87,12 @@ fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
     let mut sp = StepParams::new(&ctx, 8)?;
     let p = Params::declare(&mut sp, rows, c.vocab)?;
     let tok = |pos: usize| -> graph_rt::Result<DeviceBuffer<i32>> {
-        DeviceBuffer::from_host(&ctx, &(0..rows).map(|r| token(pos, r)).collect::<Vec<_>>())
+        DeviceBuffer::from_host(
+            &ctx,
+            &(0..rows)
+                .map(|r| token(pos, r, c.vocab))
+                .collect::<Vec<_>>(),
+        )
     };
     let positions = 20;
     let inputs: Vec<_> = (0..positions).map(tok).collect::<graph_rt::Result<_>>()?;
@@ -110,7 +136,7 @@ fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
 
     let mut reference = Reference::new(&c, rows);
     for pos in 0..positions {
-        let tokens: Vec<usize> = (0..rows).map(|r| token(pos, r) as usize).collect();
+        let tokens: Vec<usize> = (0..rows).map(|r| token(pos, r, c.vocab) as usize).collect();
         let want = reference.step(&tokens, pos);
         let got: Vec<f32> = logits[pos].to_vec()?;
         let argmax = next[pos].to_vec()?;
@@ -144,7 +170,10 @@ fn against_the_reference(gemms: Gemms) -> graph_rt::Result<()> {
     assert_eq!(again.to_vec()?, logits[positions - 1].to_vec()?);
 
     // A token outside the vocabulary: its row's logits are NaN, the others' unchanged.
-    let bad = DeviceBuffer::from_host(&ctx, &[token(positions - 1, 0), 500, -1])?;
+    let bad = DeviceBuffer::from_host(
+        &ctx,
+        &[token(positions - 1, 0, c.vocab), c.vocab as i32, -1],
+    )?;
     step.bind(&p.tokens, &bad)?;
     step.run()?;
     stream.synchronize()?;
