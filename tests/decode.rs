@@ -8,6 +8,8 @@
 #[path = "../examples/decode/model.rs"]
 #[allow(dead_code)]
 mod model;
+#[path = "../examples/decode/step.rs"]
+mod step;
 
 use graph_rt::half::bf16;
 use graph_rt::step::{Step, StepMode, StepOptions, StepParams};

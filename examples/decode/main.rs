@@ -17,15 +17,16 @@
 //!
 //! Options: the model's (`--layers --d --heads --kv-heads --mlp --vocab --max-len --batches
 //! --position`, see `graph_rt_dev::decode::DecodeConfig`) and `--steps N` (64), `--iters N`
-//! (200), `--warm N` (20), `--out DIR`, `--gemm auto|cublas|own` (the matrix products: `auto`,
-//! the default, is cuBLAS's, measured faster on an H200 than the example's own matrix-vector
-//! kernel, which runs up to 8 rows), `--no-pdl` (kernels launched without programmatic
-//! dependent launch; by default they use it from compute capability 9.0). Each batch size also
-//! times, as graphs, the other products (where the example's own apply) and PDL the other way. A bad configuration is an error naming the option and
+//! (200), `--warm N` (20), `--out DIR`, `--gemm auto|cublas|own` (the matrix products: cuBLAS's,
+//! or the example's own matrix-vector kernels up to 8 rows, with the residual add, the norm and
+//! SiLU·up fused in; `auto`, the default, times both as graphs and takes the faster),
+//! `--no-pdl` (no programmatic dependent launch; by default the variants with it are timed too
+//! from compute capability 9.0). Each batch size reports every variant it timed. A bad configuration is an error naming the option and
 //! exit code 2; no GPU, exit code 1.
 
 mod model;
 mod run;
+mod step;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -35,7 +36,7 @@ use graph_rt_dev::decode::DecodeConfig;
 /// `--gemm`: which matrix products the steps run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GemmChoice {
-    /// The best measured: cuBLAS's (the example's own kernel, up to 8 rows, is timed beside).
+    /// The faster measured, per batch size: cuBLAS's or the example's own (up to 8 rows).
     Auto,
     /// cuBLAS everywhere.
     Cublas,

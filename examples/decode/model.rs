@@ -2,12 +2,11 @@
 //! example's own kernels (their table forms made by the top-level build.rs), one batch size's
 //! activations and K/V caches, and the step's work as the closure enqueues it.
 
-use graph_rt::cublas::{Cublas, Op};
+use graph_rt::cublas::Cublas;
 use graph_rt::half::bf16;
-use graph_rt::step::{Buf, Scalar, StepParams, StepScope};
+use graph_rt::step::{Buf, Scalar, StepParams};
 use graph_rt::table::TableKernel;
 use graph_rt::{Context, DeviceBuffer, Function, LaunchConfig, Module, Stream};
-use graph_rt_dev::decode::reference::EPS;
 use graph_rt_dev::decode::{head_weight, seed, weight, DecodeConfig, Tensor};
 
 mod table {
@@ -59,20 +58,20 @@ fn norm(tensor: Tensor, layer: usize, d: usize) -> Vec<bf16> {
 
 /// One layer's weights (row-major `[out, in]`, as `nn.Linear` keeps them).
 pub struct LayerWeights {
-    n1: DeviceBuffer<bf16>,
-    n2: DeviceBuffer<bf16>,
-    qkv: DeviceBuffer<bf16>,
-    o: DeviceBuffer<bf16>,
-    up: DeviceBuffer<bf16>,
-    down: DeviceBuffer<bf16>,
+    pub(crate) n1: DeviceBuffer<bf16>,
+    pub(crate) n2: DeviceBuffer<bf16>,
+    pub(crate) qkv: DeviceBuffer<bf16>,
+    pub(crate) o: DeviceBuffer<bf16>,
+    pub(crate) up: DeviceBuffer<bf16>,
+    pub(crate) down: DeviceBuffer<bf16>,
 }
 
 /// The model's weights on the device.
 pub struct Weights {
-    embedding: DeviceBuffer<bf16>,
-    layers: Vec<LayerWeights>,
-    final_norm: DeviceBuffer<bf16>,
-    head: DeviceBuffer<bf16>,
+    pub(crate) embedding: DeviceBuffer<bf16>,
+    pub(crate) layers: Vec<LayerWeights>,
+    pub(crate) final_norm: DeviceBuffer<bf16>,
+    pub(crate) head: DeviceBuffer<bf16>,
 }
 
 impl Weights {
@@ -111,14 +110,16 @@ pub struct Kernels {
     /// Each kernel starts with PDL's trigger and wait: every launch but the first after the
     /// table's refresh is made programmatic.
     pdl: bool,
-    embed_norm: TableKernel,
-    rope_append: TableKernel,
-    attention: TableKernel,
-    argmax: TableKernel,
-    add_norm: Function,
-    silu_mul: Function,
-    gemv: Function,
-    gemv_f32: Function,
+    pub(crate) embed_norm: TableKernel,
+    pub(crate) rope_append: TableKernel,
+    pub(crate) attention: TableKernel,
+    pub(crate) argmax: TableKernel,
+    pub(crate) add_norm: Function,
+    pub(crate) silu_mul: Function,
+    pub(crate) gemv: Function,
+    pub(crate) gemv_norm: Function,
+    pub(crate) gemv_norm_f32: Function,
+    pub(crate) gemv_silu: Function,
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
 }
@@ -151,13 +152,15 @@ impl Kernels {
             add_norm: module.function("add_norm")?,
             silu_mul: module.function("silu_mul")?,
             gemv: module.function("gemv_bf16")?,
-            gemv_f32: module.function("gemv_bf16_f32")?,
+            gemv_norm: module.function("gemv_norm_bf16")?,
+            gemv_norm_f32: module.function("gemv_norm_f32")?,
+            gemv_silu: module.function("gemv_silu_bf16")?,
             copy: module.function("copy_words")?,
         })
     }
 
     /// `c`, programmatic when these kernels are the PDL ones.
-    fn cfg(&self, c: LaunchConfig) -> LaunchConfig {
+    pub(crate) fn cfg(&self, c: LaunchConfig) -> LaunchConfig {
         if self.pdl {
             c.programmatic_stream_serialization()
         } else {
@@ -215,16 +218,19 @@ impl Params {
 /// One batch size's activations and K/V caches.
 pub struct Batch {
     pub rows: usize,
-    x: DeviceBuffer<bf16>,
-    h: DeviceBuffer<bf16>,
-    qkv: DeviceBuffer<bf16>,
-    attn: DeviceBuffer<bf16>,
+    /// The residual stream: one buffer, or two taking turns where the residual add is fused
+    /// into a matrix-vector product (its blocks still read the one while block 0 writes the
+    /// other).
+    pub(crate) x: [DeviceBuffer<bf16>; 2],
+    pub(crate) h: DeviceBuffer<bf16>,
+    pub(crate) qkv: DeviceBuffer<bf16>,
+    pub(crate) attn: DeviceBuffer<bf16>,
     /// The output and down projections' results, added to the residual by the next norm.
-    delta: DeviceBuffer<bf16>,
-    gate_up: DeviceBuffer<bf16>,
-    act: DeviceBuffer<bf16>,
-    k: Vec<DeviceBuffer<bf16>>,
-    v: Vec<DeviceBuffer<bf16>>,
+    pub(crate) delta: DeviceBuffer<bf16>,
+    pub(crate) gate_up: DeviceBuffer<bf16>,
+    pub(crate) act: DeviceBuffer<bf16>,
+    pub(crate) k: Vec<DeviceBuffer<bf16>>,
+    pub(crate) v: Vec<DeviceBuffer<bf16>>,
 }
 
 impl Batch {
@@ -235,7 +241,7 @@ impl Batch {
         let cache = c.kv_heads * c.max_len * hd;
         Ok(Self {
             rows,
-            x: z(c.d)?,
+            x: [z(c.d)?, z(c.d)?],
             h: z(c.d)?,
             qkv: z((c.heads + 2 * c.kv_heads) * hd)?,
             attn: z(c.heads * hd)?,
@@ -274,166 +280,6 @@ impl Model {
             c: c.clone(),
         })
     }
-
-    /// The best variant this device runs: PDL where it has it, cuBLAS's products (measured
-    /// faster than the example's own on an H200 at every batch).
-    pub fn best(&self) -> Variant {
-        Variant {
-            gemms: Gemms::Cublas,
-            pdl: self.k_pdl.is_some(),
-        }
-    }
-
-    /// One decode step of batch `a` through the step's scope: embedding and norm; per layer the
-    /// QKV GEMM, rotary and cache append, attention over the positions written, the output GEMM,
-    /// the residual add fused with the next norm, the gate/up GEMM, SiLU·up, the down GEMM and
-    /// again the residual add with the next norm (the next layer's, or the final one); the head
-    /// GEMM and the argmax. Rounded where PyTorch's bf16 eager model rounds, so that the two
-    /// sides' logits differ by less than PyTorch's own bf16 error.
-    pub fn enqueue(
-        &self,
-        s: &StepScope<'_>,
-        a: &mut Batch,
-        p: &Params,
-        v: Variant,
-    ) -> graph_rt::Result<()> {
-        let gemms = v.gemms;
-        let k = match (&self.k_pdl, v.pdl) {
-            (Some(k), true) => k,
-            _ => &self.k,
-        };
-        let c = &self.c;
-        let (b, d, hd) = (a.rows, c.d, c.head_dim());
-        let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
-        let i = |n: usize| n as i32;
-        // The first kernel after the table's refresh is never programmatic: it reads the slots.
-        let first = LaunchConfig::new(b as u32, 256u32);
-        let rows = k.cfg(first);
-        let attn_cfg = k.cfg(
-            LaunchConfig::new((c.heads as u32, b as u32), 1024u32)
-                .shared_mem(attention_smem(c) as u32),
-        );
-        let mut logits = s.buffer(&p.logits)?;
-        let gemm = |m: usize,
-                    kk: usize,
-                    w: &DeviceBuffer<bf16>,
-                    x: &DeviceBuffer<bf16>,
-                    y: &mut DeviceBuffer<bf16>| {
-            // y (m × b, column-major: row-major [b, m]) = W x, W row-major [m, kk].
-            if gemms == Gemms::Own && gemv_fits(b, kk) {
-                let cfg = k.cfg(gemv_config(m, b, kk));
-                // SAFETY: W holds m × kk, x b × kk and y b × m elements; kk a multiple of 8.
-                return unsafe { s.launch(&k.gemv, &cfg, (w, x, &*y, i(m), i(kk), i(b))) };
-            }
-            s.cublas(&self.blas, |bl| {
-                bl.gemm_bf16(Op::T, Op::N, m, b, kk, 1.0, w, kk, x, kk, 0.0, y, m)
-            })
-        };
-        // SAFETY (every launch below): buffers of the sizes its kernel reads and writes
-        // (decode.cuh's comments): rows × width of each activation, the caches
-        // [rows, kv_heads, max_len, head_dim], slots of the step's table for the tokens (rows),
-        // the logits (rows × vocab), the next tokens (rows), the position and length; the
-        // kernels bound token, position and length themselves.
-        unsafe {
-            s.launch_table(
-                &k.embed_norm,
-                &first,
-                (
-                    p.tokens.slot(),
-                    &self.w.embedding,
-                    &self.w.layers[0].n1,
-                    &a.x,
-                    &a.h,
-                    i(d),
-                    i(c.vocab),
-                    EPS,
-                ),
-            )?;
-        }
-        let add_norm = |a: &Batch, w: &DeviceBuffer<bf16>| {
-            // SAFETY: as above.
-            unsafe { s.launch(&k.add_norm, &rows, (&a.x, &a.delta, w, &a.h, i(d), EPS)) }
-        };
-        let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
-        for (l, w) in self.w.layers.iter().enumerate() {
-            gemm(qkv_w, d, &w.qkv, &a.h, &mut a.qkv)?;
-            // SAFETY: as above.
-            unsafe {
-                s.launch_table(
-                    &k.rope_append,
-                    &rows,
-                    (
-                        &a.qkv,
-                        &a.k[l],
-                        &a.v[l],
-                        dims.0,
-                        dims.1,
-                        dims.2,
-                        dims.3,
-                        p.pos.slot(),
-                    ),
-                )?;
-                s.launch_table(
-                    &k.attention,
-                    &attn_cfg,
-                    (
-                        &a.qkv,
-                        &a.k[l],
-                        &a.v[l],
-                        &a.attn,
-                        dims.0,
-                        dims.1,
-                        dims.2,
-                        dims.3,
-                        1.0 / (hd as f32).sqrt(),
-                        p.len.slot(),
-                    ),
-                )?;
-            }
-            gemm(d, attn_w, &w.o, &a.attn, &mut a.delta)?;
-            add_norm(a, &w.n2)?;
-            gemm(2 * mlp, d, &w.up, &a.h, &mut a.gate_up)?;
-            // SAFETY: as above.
-            unsafe {
-                s.launch(
-                    &k.silu_mul,
-                    &k.cfg(LaunchConfig::for_elements(b * mlp, 256)),
-                    (&a.gate_up, &a.act, i(mlp), i(b * mlp)),
-                )?;
-            }
-            gemm(d, mlp, &w.down, &a.act, &mut a.delta)?;
-            let next = self
-                .w
-                .layers
-                .get(l + 1)
-                .map_or(&self.w.final_norm, |n| &n.n1);
-            add_norm(a, next)?;
-        }
-        if gemms == Gemms::Own && gemv_fits(b, d) {
-            let (cfg, head) = (k.cfg(gemv_config(c.vocab, b, d)), &self.w.head);
-            // SAFETY: the head holds vocab × d elements, h b × d, the logits b × vocab.
-            unsafe {
-                s.launch(
-                    &k.gemv_f32,
-                    &cfg,
-                    (head, &a.h, &logits, i(c.vocab), i(d), i(b)),
-                )?
-            };
-        } else {
-            s.cublas(&self.blas, |bl| {
-                let (v, h, w) = (c.vocab, &a.h, &self.w.head);
-                bl.gemm_bf16_f32(Op::T, Op::N, v, b, d, 1.0, w, d, h, d, 0.0, &mut logits, v)
-            })?;
-        }
-        // SAFETY: as above.
-        unsafe {
-            s.launch_table(
-                &k.argmax,
-                &k.cfg(LaunchConfig::new(b as u32, 1024u32)),
-                (p.logits.slot(), p.next.slot(), i(c.vocab)),
-            )
-        }
-    }
 }
 
 /// An error of the example's own (no GPU, a file, a missing kernel), in graph-rt's error type.
@@ -451,6 +297,6 @@ pub fn attention_smem(c: &DecodeConfig) -> usize {
 }
 
 /// The matrix-vector kernel's launch: a warp per output, 8 a block, the rows in shared memory.
-fn gemv_config(m: usize, rows: usize, k: usize) -> LaunchConfig {
+pub(crate) fn gemv_config(m: usize, rows: usize, k: usize) -> LaunchConfig {
     LaunchConfig::new(m.div_ceil(8) as u32, 256u32).shared_mem((rows * k * 2) as u32)
 }

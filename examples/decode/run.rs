@@ -191,6 +191,50 @@ fn run_batch(
         sp.set(&p.len, c.position as i32 + 1)
     };
 
+    // The variants this device runs (the example's own products where they apply, PDL on and
+    // off where it has PDL), each captured and timed as a graph; the fastest is the step's
+    // (--gemm and --no-pdl pin one).
+    let own_fits = gemv_fits(rows, c.d.min(c.mlp).min(c.heads * c.head_dim()));
+    let mut candidates = Vec::new();
+    for gemms in [Gemms::Cublas, Gemms::Own] {
+        for pdl in [true, false] {
+            let pinned = match o.gemm {
+                GemmChoice::Auto => true,
+                GemmChoice::Cublas => gemms == Gemms::Cublas,
+                GemmChoice::Own => gemms == Gemms::Own,
+            };
+            let runs = (gemms == Gemms::Cublas || own_fits)
+                && (!pdl || model.k_pdl.is_some())
+                && !(pdl && o.no_pdl)
+                && pinned;
+            if runs {
+                candidates.push(Variant { gemms, pdl });
+            }
+        }
+    }
+    let mut measured = Vec::new();
+    for &candidate in &candidates {
+        let mut sp = StepParams::new(ctx, 8)?;
+        let pa = Params::declare(&mut sp, rows, vocab)?;
+        at(&pa, &mut sp)?;
+        let mut step = Step::new(stream, sp, StepOptions::default(), |s| {
+            model.enqueue(s, &mut batch.borrow_mut(), &pa, candidate)
+        })?;
+        let us = time(stream, o.iters, o.warm, || step.run())?[0];
+        measured.push((candidate, us));
+    }
+    let Some(&(v, _)) = measured.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
+        return Err(fail(
+            "no variant of the step to run (--gemm own where the example's products do not apply?)"
+                .into(),
+        ));
+    };
+    let alternatives: Vec<(String, f64)> = measured
+        .iter()
+        .filter(|(w, _)| *w != v)
+        .map(|&(w, us)| (describe(w), us))
+        .collect();
+
     // The step, captured once.
     let mut sp = StepParams::new(ctx, 8)?;
     let p = Params::declare(&mut sp, rows, vocab)?;
@@ -199,15 +243,6 @@ fn run_batch(
     let options = StepOptions {
         recapturable: true,
         ..StepOptions::default()
-    };
-    let best = model.best();
-    let v = Variant {
-        gemms: match o.gemm {
-            GemmChoice::Auto => best.gemms,
-            GemmChoice::Cublas => Gemms::Cublas,
-            GemmChoice::Own => Gemms::Own,
-        },
-        pdl: best.pdl && !o.no_pdl,
     };
     let mut step = Step::new(stream, sp, options, |s| {
         model.enqueue(s, &mut batch.borrow_mut(), &p, v)
@@ -276,31 +311,6 @@ fn run_batch(
     };
     drop(step);
 
-    // The other variants, as graphs: the other matrix products where the example's own apply,
-    // PDL off (or on) where the device has it. Measured, so that the choice is.
-    let mut others = Vec::new();
-    if gemv_fits(rows, c.d.min(c.mlp).min(c.heads * c.head_dim())) {
-        let gemms = match v.gemms {
-            Gemms::Cublas => Gemms::Own,
-            Gemms::Own => Gemms::Cublas,
-        };
-        others.push(Variant { gemms, ..v });
-    }
-    if model.k_pdl.is_some() {
-        others.push(Variant { pdl: !v.pdl, ..v });
-    }
-    let mut alternatives = Vec::new();
-    for other in others {
-        let mut sp = StepParams::new(ctx, 8)?;
-        let pa = Params::declare(&mut sp, rows, vocab)?;
-        at(&pa, &mut sp)?;
-        let mut step = Step::new(stream, sp, StepOptions::default(), |s| {
-            model.enqueue(s, &mut batch.borrow_mut(), &pa, other)
-        })?;
-        let us = time(stream, o.iters, o.warm, || step.run())?[0];
-        alternatives.push((describe(other), us));
-    }
-
     let mut sp = StepParams::new(ctx, 8)?;
     let p2 = Params::declare(&mut sp, rows, vocab)?;
     at(&p2, &mut sp)?;
@@ -326,7 +336,7 @@ fn run_batch(
         .map(|(what, us)| format!("{what} {us:.1} µs"))
         .collect();
     println!(
-        "decode: batch {rows}: {} (as graphs instead: {}); {nodes} kernel nodes; captured in {capture_s:.2} s, profiled in {profile_s:.2} s; {end} teacher-forced steps in {forced_s:.2} s (top-1 margin min {:.4}, median {:.4}); µs per step: eager {:.1} · graph {} · chosen ({chosen}) {:.1}",
+        "decode: batch {rows}: {} (the fastest variant as a graph; the others: {}); {nodes} kernel nodes; captured in {capture_s:.2} s, profiled in {profile_s:.2} s; {end} teacher-forced steps in {forced_s:.2} s (top-1 margin min {:.4}, median {:.4}); µs per step: eager {:.1} · graph {} · chosen ({chosen}) {:.1}",
         describe(v), instead.join(" · "),
         margin[0], margin[1], eager[0],
         graph_us.map_or("—".into(), |g| format!("{:.1}", g[0])),

@@ -248,17 +248,17 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
     }
 }
 
-// y[r, m] = sum_k W[m, k] x[r, k] for the `rows` rows of x (at most 8): a matrix-vector product
-// for small batches, W row-major [M, K] bf16 (K a multiple of 8), x [rows, K] staged in dynamic
-// shared memory (rows * K * 2 bytes), one warp per output m, 256 threads a block; y [rows, M]
-// bf16 rounded once, or f32.
-__device__ __forceinline__ void gemv(const bf16* W, const bf16* x, bf16* y16, float* y32,
-                                     int M, int K, int rows) {
+// Matrix-vector products for small batches: y[r, m] = sum_k W[m, k] s[r, k] for the `rows`
+// rows (at most 8) of s, the input staged in dynamic shared memory (rows * K * 2 bytes) — as
+// given, or RMSNorm(x + delta) * w (the residual add and norm fused in: every block computes
+// them, block 0 writes the sum), or SiLU(gate) * up — W row-major [M, K] bf16 (K a multiple of
+// 8), one warp per output m, 256 threads a block; y [rows, M] bf16 rounded once, or f32.
+
+// The product over the staged rows (published by the staging's barrier).
+__device__ __forceinline__ void gemv_product(const bf16* __restrict__ W, bf16* y16, float* y32,
+                                             int M, int K, int rows) {
     extern __shared__ uint4 xs[];
     int words = K / 8;
-    const uint4* xg = (const uint4*)x;
-    for (int i = threadIdx.x; i < rows * words; i += blockDim.x) xs[i] = xg[i];
-    __syncthreads();
     int lane = threadIdx.x & 31;
     int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (m >= M || rows > 8) return;
@@ -291,16 +291,88 @@ __device__ __forceinline__ void gemv(const bf16* W, const bf16* x, bf16* y16, fl
     }
 }
 
-extern "C" __global__ void gemv_bf16(const bf16* W, const bf16* x, bf16* y, int M, int K,
-                                     int rows) {
-    PDL_START();
-    gemv(W, x, y, 0, M, K, rows);
+// Stages x [rows, K] as given.
+__device__ __forceinline__ void stage_plain(const bf16* x, int K, int rows) {
+    extern __shared__ uint4 xs[];
+    const uint4* xg = (const uint4*)x;
+    for (int i = threadIdx.x; i < rows * (K / 8); i += blockDim.x) xs[i] = xg[i];
+    __syncthreads();
 }
 
-extern "C" __global__ void gemv_bf16_f32(const bf16* W, const bf16* x, float* y, int M, int K,
-                                         int rows) {
+// Stages RMSNorm(x_in + delta) * w, rounded as add_norm rounds (delta null: x_in alone); block 0
+// writes the sum to x_out (another buffer than x_in: the other blocks still read x_in). Row r's
+// scale is summed by warp r.
+__device__ void stage_norm(const bf16* x_in, const bf16* delta, bf16* x_out, const bf16* w,
+                           int K, int rows, float eps) {
+    extern __shared__ uint4 xs[];
+    __shared__ float inv[8];
+    bf16* s = (bf16*)xs;
+    for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
+        bf16 v = delta ? st(ld(x_in[i]) + ld(delta[i])) : x_in[i];
+        s[i] = v;
+        if (blockIdx.x == 0) x_out[i] = v;
+    }
+    __syncthreads();
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (warp < rows) {
+        float ss = 0.f;
+        for (int i = lane; i < K; i += 32) {
+            float v = ld(s[warp * K + i]);
+            ss += v * v;
+        }
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) inv[warp] = rsqrtf(ss / (float)K + eps);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < rows * K; i += blockDim.x)
+        s[i] = st(ld(s[i]) * inv[i / K] * ld(w[i % K]));
+    __syncthreads();
+}
+
+// Stages SiLU(gate) * up from gate_up [rows, 2 K] (gate first), rounded as silu_mul rounds.
+__device__ void stage_silu(const bf16* gate_up, int K, int rows) {
+    extern __shared__ uint4 xs[];
+    bf16* s = (bf16*)xs;
+    for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
+        int r = i / K, k = i % K;
+        float g = ld(gate_up[(size_t)r * 2 * K + k]), u = ld(gate_up[(size_t)r * 2 * K + K + k]);
+        s[i] = st(ld(st(g / (1.f + expf(-g)))) * u);
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M,
+                                     int K, int rows) {
     PDL_START();
-    gemv(W, x, 0, y, M, K, rows);
+    if (rows > 8) return;
+    stage_plain(x, K, rows);
+    gemv_product(W, y, 0, M, K, rows);
+}
+
+extern "C" __global__ void gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in,
+                                          const bf16* delta, bf16* x_out, const bf16* w, bf16* y,
+                                          int M, int K, int rows, float eps) {
+    PDL_START();
+    if (rows > 8) return;
+    stage_norm(x_in, delta, x_out, w, K, rows, eps);
+    gemv_product(W, y, 0, M, K, rows);
+}
+
+extern "C" __global__ void gemv_norm_f32(const bf16* __restrict__ W, const bf16* x_in,
+                                         const bf16* delta, bf16* x_out, const bf16* w, float* y,
+                                         int M, int K, int rows, float eps) {
+    PDL_START();
+    if (rows > 8) return;
+    stage_norm(x_in, delta, x_out, w, K, rows, eps);
+    gemv_product(W, 0, y, M, K, rows);
+}
+
+extern "C" __global__ void gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up,
+                                          bf16* y, int M, int K, int rows) {
+    PDL_START();
+    if (rows > 8) return;
+    stage_silu(gate_up, K, rows);
+    gemv_product(W, y, 0, M, K, rows);
 }
 
 // out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
