@@ -10,20 +10,12 @@
 // reads and writes nothing out of bounds): the caller's checks are not the only guard.
 
 #ifdef DECODE_PDL
-// Let the next kernel launch (PDL_TRIGGER), wait for the previous one and its writes (PDL_WAIT).
-// Everything a kernel reads or writes comes after the wait, at its very start (PDL_START) — but
-// the matrix-vector products' weights, which no kernel writes: they are loaded before it.
-#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
-#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+// Let the next kernel launch, then wait for the previous one and its writes: everything a kernel
+// reads or writes comes after this, at its very start.
+#define PDL_START() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
 #else
-#define PDL_TRIGGER() ((void)0)
-#define PDL_WAIT() ((void)0)
+#define PDL_START() ((void)0)
 #endif
-#define PDL_START() \
-    do {            \
-        PDL_TRIGGER(); \
-        PDL_WAIT();    \
-    } while (0)
 
 typedef unsigned short bf16;
 #define NEG_INF __int_as_float(0xff800000)
@@ -262,61 +254,30 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
 // them, block 0 writes the sum), or SiLU(gate) * up — W row-major [M, K] bf16 (K a multiple of
 // 8), one warp per output m, 256 threads a block; y [rows, M] bf16 rounded once, or f32.
 
-// A warp's row of W kept in registers: up to GEMV_HELD 16-byte words a lane (rows of K up to
-// GEMV_HELD * 256); loaded before the PDL wait, while the kernel before still runs (the weights
-// are never written). Words beyond are loaded in the product's loop.
-#define GEMV_HELD 12
-
-__device__ __forceinline__ int gemv_row() {
-    return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-}
-
-__device__ __forceinline__ void gemv_hold(const bf16* __restrict__ W, int M, int K,
-                                          uint4 (&held)[GEMV_HELD]) {
-    int lane = threadIdx.x & 31, m = gemv_row(), words = K / 8;
-    if (m >= M) return;
-    const uint4* wr = (const uint4*)(W + (size_t)m * K);
-#pragma unroll
-    for (int j = 0; j < GEMV_HELD; j++) {
-        int c = lane + 32 * j;
-        if (c < words) held[j] = wr[c];
-    }
-}
-
-// One 16-byte word of W (8 weights) times the staged rows' word c.
-__device__ __forceinline__ void gemv_word(uint4 w, const uint4* xs, int words, int c, int rows,
-                                          float (&acc)[8]) {
-    float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
-    float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
-#pragma unroll
-    for (int r = 0; r < 8; r++) {
-        if (r < rows) {
-            uint4 v = xs[r * words + c];
-            acc[r] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) + f4 * lo(v.z) +
-                      f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
-        }
-    }
-}
-
-// The product over the staged rows (published by the staging's barrier), from the held words,
-// then the rest of the row.
-__device__ __forceinline__ void gemv_product(const bf16* __restrict__ W,
-                                             const uint4 (&held)[GEMV_HELD], bf16* y16,
-                                             float* y32, int M, int K, int rows) {
+// The product over the staged rows (published by the staging's barrier).
+__device__ __forceinline__ void gemv_product(const bf16* __restrict__ W, bf16* y16, float* y32,
+                                             int M, int K, int rows) {
     extern __shared__ uint4 xs[];
     int words = K / 8;
     int lane = threadIdx.x & 31;
-    int m = gemv_row();
+    int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (m >= M || rows > 8) return;
     float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < GEMV_HELD; j++) {
-        int c = lane + 32 * j;
-        if (c < words) gemv_word(held[j], xs, words, c, rows, acc);
-    }
     const uint4* wr = (const uint4*)(W + (size_t)m * K);
 #pragma unroll 4
-    for (int c = lane + 32 * GEMV_HELD; c < words; c += 32) gemv_word(wr[c], xs, words, c, rows, acc);
+    for (int c = lane; c < words; c += 32) {
+        uint4 w = wr[c];
+        float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
+        float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
+#pragma unroll
+        for (int r = 0; r < 8; r++) {
+            if (r < rows) {
+                uint4 v = xs[r * words + c];
+                acc[r] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
+                          f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
+            }
+        }
+    }
 #pragma unroll
     for (int r = 0; r < 8; r++) {
         if (r < rows) {
@@ -382,48 +343,36 @@ __device__ void stage_silu(const bf16* gate_up, int K, int rows) {
 
 extern "C" __global__ void gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M,
                                      int K, int rows) {
-    uint4 held[GEMV_HELD];
-    PDL_TRIGGER();
-    gemv_hold(W, M, K, held);
-    PDL_WAIT();
+    PDL_START();
     if (rows > 8) return;
     stage_plain(x, K, rows);
-    gemv_product(W, held, y, 0, M, K, rows);
+    gemv_product(W, y, 0, M, K, rows);
 }
 
 extern "C" __global__ void gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in,
                                           const bf16* delta, bf16* x_out, const bf16* w, bf16* y,
                                           int M, int K, int rows, float eps) {
-    uint4 held[GEMV_HELD];
-    PDL_TRIGGER();
-    gemv_hold(W, M, K, held);
-    PDL_WAIT();
+    PDL_START();
     if (rows > 8) return;
     stage_norm(x_in, delta, x_out, w, K, rows, eps);
-    gemv_product(W, held, y, 0, M, K, rows);
+    gemv_product(W, y, 0, M, K, rows);
 }
 
 extern "C" __global__ void gemv_norm_f32(const bf16* __restrict__ W, const bf16* x_in,
                                          const bf16* delta, bf16* x_out, const bf16* w, float* y,
                                          int M, int K, int rows, float eps) {
-    uint4 held[GEMV_HELD];
-    PDL_TRIGGER();
-    gemv_hold(W, M, K, held);
-    PDL_WAIT();
+    PDL_START();
     if (rows > 8) return;
     stage_norm(x_in, delta, x_out, w, K, rows, eps);
-    gemv_product(W, held, 0, y, M, K, rows);
+    gemv_product(W, 0, y, M, K, rows);
 }
 
 extern "C" __global__ void gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up,
                                           bf16* y, int M, int K, int rows) {
-    uint4 held[GEMV_HELD];
-    PDL_TRIGGER();
-    gemv_hold(W, M, K, held);
-    PDL_WAIT();
+    PDL_START();
     if (rows > 8) return;
     stage_silu(gate_up, K, rows);
-    gemv_product(W, held, y, 0, M, K, rows);
+    gemv_product(W, y, 0, M, K, rows);
 }
 
 // out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
