@@ -140,7 +140,8 @@ INCLUDE = re.compile(rb'^[ \t]*#[ \t]*include[ \t]+"([A-Za-z0-9_]+\.cuh)"', re.M
 
 
 def headers_of(src_path, source, cuda_dir=None):
-    """The kernels/cuda/*.cuh headers `source` includes, in order: [(name, bytes)]. A header may
+    """The *.cuh headers of `cuda_dir` (its tree's sources) that `source` includes, in order:
+    [(name, bytes)]. A header may
     not include another (one level keeps the freshness record simple); a missing one is an error."""
     cuda_dir = cuda_dir or CUDA_DIR
     out = []

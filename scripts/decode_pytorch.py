@@ -53,7 +53,7 @@ def parse_args(argv=None):
                           ("vocab", 32000), ("max-len", 1024), ("position", 512), ("steps", 64),
                           ("iters", 200), ("warm", 20)]:
         p.add_argument(f"--{name}", type=int, default=default)
-    p.add_argument("--batches", default="1,3,4,16,17", help="comma list of batch sizes")
+    p.add_argument("--batches", default="1,4,16", help="comma list of batch sizes (the Rust example's default)")
     p.add_argument("--graph-rt", metavar="DIR", help="folder with graph-rt's logits-b{B}.bin and graph-rt.json")
     p.add_argument("--out", metavar="FILE", help="write everything as JSON")
     p.add_argument("--device", default="cuda")
@@ -76,7 +76,9 @@ def check_config(a):
         (a.heads > 0 and a.d % a.heads == 0, f"heads {a.heads} must divide d {a.d}"),
         (a.kv_heads > 0 and a.heads % a.kv_heads == 0, f"kv-heads {a.kv_heads} must divide heads {a.heads}"),
         (hd % 2 == 0, f"the head width d / heads = {hd} must be even (rotary embedding)"),
+        (hd <= 256, f"the head width d / heads = {hd} is above 256 (the attention kernel's limit)"),
         (min(a.mlp, a.vocab, a.max_len) >= 1, "mlp, vocab and max-len are at least 1"),
+        (a.max_len <= 32768, f"max-len {a.max_len}: at most 32768"),
         (a.batch_list and min(a.batch_list) >= 1, "batches: a list of sizes of at least 1 (e.g. 1,4,16)"),
         (a.position >= 0 and a.steps >= 1 and a.position + a.steps <= a.max_len,
          f"position {a.position} + steps {a.steps} must fit the cache of {a.max_len} positions (steps >= 1)"),

@@ -155,6 +155,9 @@ impl DecodeConfig {
         if self.batches.is_empty() || self.batches.contains(&0) {
             return bad("batches: a list of sizes of at least 1 (e.g. 1,4,16)".into());
         }
+        if let Some(b) = self.batches.iter().find(|&&b| b > 4096) {
+            return bad(format!("batch {b}: at most 4096"));
+        }
         if self.position >= self.max_len {
             return bad(format!(
                 "position {} is beyond the cache of {} positions",
@@ -309,6 +312,7 @@ mod tests {
             ("--kv-heads 3", "must divide heads"),
             ("--position 1024", "beyond the cache"),
             ("--batches 1,0", "at least 1"),
+            ("--batches 1,5000", "at most 4096"),
             ("--layers 0", "1 to 32"),
             ("--d 8192", "256 to 4096"),
             ("--d 1024 --heads 2 --kv-heads 1", "above 256"),
