@@ -7,11 +7,15 @@
 // row-major [batch, width]; the K/V caches [batch, kv_heads, max_len, head_dim].
 //
 // Every kernel bounds its own reads and writes by its arguments (a bad token, position or length
-// reads and writes nothing out of bounds): the caller's checks are not the only guard.
+// reads and writes nothing out of bounds): the caller's checks are not the only guard — but the
+// matrix-vector kernels, which take K a multiple of 8 and 16-byte aligned rows from the host
+// (`gemv_fits`, cudaMalloc'd buffers).
 
 #ifdef DECODE_PDL
 // Let the next kernel launch, then wait for the previous one and its writes: everything a kernel
-// reads or writes comes after this, at its very start.
+// body reads or writes comes after this, at its very start. (The table forms build.rs makes load
+// their slots before it, at entry: safe because the table's refresh comes before the first
+// kernel, which is never launched programmatically, and every later kernel starts after it.)
 #define PDL_START() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
 #else
 #define PDL_START() ((void)0)
