@@ -393,6 +393,23 @@ fn bf16_gemms_with_an_f32_result_are_the_bf16_products_unrounded() -> Result<()>
             m,
         )
         .unwrap_err();
-    assert!(e.to_string().contains("cublasGemmEx"), "{e}");
+    assert_eq!(
+        e.misuse_kind(),
+        Some(&Misuse::TooShort {
+            len: m * n - 1,
+            min: m * n
+        }),
+        "{e}"
+    );
+    assert!(
+        matches!(
+            e,
+            crate::Error::Misuse {
+                call: "cublasGemmEx",
+                ..
+            }
+        ),
+        "{e}"
+    );
     Ok(())
 }
