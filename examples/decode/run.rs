@@ -183,12 +183,16 @@ fn run_batch(
     let fixed_tokens = tokens_at(c.position)?;
     let fixed_logits = DeviceBuffer::<f32>::zeroed(ctx, rows * vocab)?;
     let fixed_next = DeviceBuffer::<i32>::zeroed(ctx, rows)?;
-    let at = |p: &Params, sp: &mut StepParams| -> graph_rt::Result<()> {
+    // A step's parameters, declared and bound to the fixed buffers at the timed position.
+    let declared = || -> graph_rt::Result<(StepParams, Params)> {
+        let mut sp = StepParams::new(ctx, 8)?;
+        let p = Params::declare(&mut sp, rows, vocab)?;
         sp.bind(&p.tokens, &fixed_tokens)?;
         sp.bind(&p.logits, &fixed_logits)?;
         sp.bind(&p.next, &fixed_next)?;
         sp.set(&p.pos, c.position as i32)?;
-        sp.set(&p.len, c.position as i32 + 1)
+        sp.set(&p.len, c.position as i32 + 1)?;
+        Ok((sp, p))
     };
 
     // The variants this device runs (the example's own products where they apply, PDL on and
@@ -214,9 +218,7 @@ fn run_batch(
     }
     let mut measured = Vec::new();
     for &candidate in &candidates {
-        let mut sp = StepParams::new(ctx, 8)?;
-        let pa = Params::declare(&mut sp, rows, vocab)?;
-        at(&pa, &mut sp)?;
+        let (sp, pa) = declared()?;
         let mut step = Step::new(stream, sp, StepOptions::default(), |s| {
             model.enqueue(s, &mut batch.borrow_mut(), &pa, candidate)
         })?;
@@ -236,9 +238,7 @@ fn run_batch(
         .collect();
 
     // The step, captured once.
-    let mut sp = StepParams::new(ctx, 8)?;
-    let p = Params::declare(&mut sp, rows, vocab)?;
-    at(&p, &mut sp)?;
+    let (sp, p) = declared()?;
     let t = Instant::now();
     let options = StepOptions {
         recapturable: true,
@@ -311,9 +311,7 @@ fn run_batch(
     };
     drop(step);
 
-    let mut sp = StepParams::new(ctx, 8)?;
-    let p2 = Params::declare(&mut sp, rows, vocab)?;
-    at(&p2, &mut sp)?;
+    let (sp, p2) = declared()?;
     let t = Instant::now();
     let options = ProfileOptions {
         rerunnable: true,
