@@ -138,10 +138,20 @@ impl Kernels {
             TableKernel::from_signature(module.function(name)?, sig)
         };
         let attention = table("attention")?;
-        if attention_smem > 48 * 1024 {
-            attention
-                .function()
-                .set_max_dynamic_shared_bytes(attention_smem as i32)?;
+        // Dynamic and static shared memory together above 48 KiB need the opt-in, up to what
+        // the device allows a block.
+        let f = attention.function();
+        let total = attention_smem + f.static_shared_bytes()?.max(0) as usize;
+        if total > 48 * 1024 {
+            let limit = ctx.device().attribute(
+                graph_rt::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )?;
+            if total > limit.max(0) as usize {
+                return Err(fail(format!(
+                    "attention needs {total} bytes of shared memory a block (a row of scores over the cache and partial sums), this device allows {limit}: use a shorter --max-len"
+                )));
+            }
+            f.set_max_dynamic_shared_bytes(attention_smem as i32)?;
         }
         Ok(Self {
             pdl,
@@ -187,9 +197,10 @@ pub enum Gemms {
 }
 
 /// Whether the example's matrix-vector kernel takes a product of `rows` rows over `k`: at most
-/// 8 rows, `k` a multiple of 8, the rows within 48 KiB of shared memory.
+/// 8 rows, `k` a multiple of 8, the rows within 48 KiB of shared memory less the kernels' own
+/// (32 bytes; 256 kept).
 pub fn gemv_fits(rows: usize, k: usize) -> bool {
-    rows <= 8 && k % 8 == 0 && rows * k * 2 <= 48 * 1024
+    rows <= 8 && k % 8 == 0 && rows * k * 2 + 256 <= 48 * 1024
 }
 
 /// What changes between a step's calls: the tokens in, the logits (f32: the head GEMM's result

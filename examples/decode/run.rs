@@ -198,7 +198,8 @@ fn run_batch(
     // The variants this device runs (the example's own products where they apply, PDL on and
     // off where it has PDL), each captured and timed as a graph; the fastest is the step's
     // (--gemm and --no-pdl pin one).
-    let own_fits = gemv_fits(rows, c.d.min(c.mlp).min(c.heads * c.head_dim()));
+    // The example's products apply where any one of them does (each product checks itself).
+    let own_fits = gemv_fits(rows, c.d) || gemv_fits(rows, c.mlp);
     let mut candidates = Vec::new();
     for gemms in [Gemms::Cublas, Gemms::Own] {
         for pdl in [true, false] {
@@ -217,13 +218,26 @@ fn run_batch(
         }
     }
     let mut measured = Vec::new();
+    let mut failed = Vec::new();
     for &candidate in &candidates {
         let (sp, pa) = declared()?;
-        let mut step = Step::new(stream, sp, StepOptions::default(), |s| {
+        // A variant that fails (a launch this device refuses) is reported and left out; the
+        // context stays usable after a failed capture.
+        let timed = Step::new(stream, sp, StepOptions::default(), |s| {
             model.enqueue(s, &mut batch.borrow_mut(), &pa, candidate)
-        })?;
-        let us = time(stream, o.iters, o.warm, || step.run())?[0];
-        measured.push((candidate, us));
+        })
+        .and_then(|mut step| time(stream, o.iters, o.warm, || step.run()));
+        match timed {
+            Ok(us) => measured.push((candidate, us[0])),
+            Err(e) => {
+                eprintln!(
+                    "decode: batch {rows}: {} left out: {e}",
+                    describe(candidate)
+                );
+                stream.synchronize()?;
+                failed.push(describe(candidate));
+            }
+        }
     }
     let Some(&(v, _)) = measured.iter().min_by(|a, b| a.1.total_cmp(&b.1)) else {
         return Err(fail(
@@ -344,7 +358,7 @@ fn run_batch(
         "graph": graph,
         "kernel_nodes": nodes,
         "eager_us": eager[0], "eager_spread": [eager[1], eager[2]],
-        "variant": describe(v),
+        "variant": describe(v), "failed_variants": failed,
         "alternatives": alternatives.iter().map(|(w, us)| json!({"variant": w, "graph_us": us})).collect::<Vec<_>>(),
         "graph_us": graph_us.map(|g| g[0]), "graph_spread": graph_us.map(|g| vec![g[1], g[2]]),
         "chosen": chosen, "chosen_us": chosen_us[0], "chosen_spread": [chosen_us[1], chosen_us[2]],
