@@ -5,6 +5,8 @@
 //! (its argmax the successor the head favours), and the same logits eagerly; a bad token makes
 //! its row NaN.
 
+#[path = "../examples/decode/generate.rs"]
+mod generate;
 #[path = "../examples/decode/model.rs"]
 #[allow(dead_code)]
 mod model;
@@ -183,5 +185,90 @@ fn against_the_reference(c: DecodeConfig, gemms: Gemms) -> graph_rt::Result<()> 
     let row = |r: usize| &v[r * c.vocab..(r + 1) * c.vocab];
     assert!(row(1).iter().chain(row(2)).all(|x| x.is_nan()));
     assert_eq!(row(0), &logits[positions - 1].to_vec()?[..c.vocab]);
+    Ok(())
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn generation_follows_the_reference_until_a_near_tie() -> graph_rt::Result<()> {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let c = tiny();
+    let (rows, prompt, n) = (2, 5, 12);
+    let ctx = Context::new(0)?;
+    let stream = Stream::new(&ctx)?;
+    let m = Model::new(&ctx, &stream, &c)?;
+    let batch = std::cell::RefCell::new(Batch::new(&ctx, &c, rows)?);
+    let mut sp = StepParams::new(&ctx, 8)?;
+    let p = Params::declare(&mut sp, rows, c.vocab)?;
+    let (tokens, logits) = (
+        DeviceBuffer::from_host(&ctx, &vec![0i32; rows])?,
+        DeviceBuffer::<f32>::zeroed(&ctx, rows * c.vocab)?,
+    );
+    let next = DeviceBuffer::<i32>::zeroed(&ctx, rows)?;
+    sp.bind(&p.tokens, &tokens)?;
+    sp.bind(&p.logits, &logits)?;
+    sp.bind(&p.next, &next)?;
+    sp.set(&p.pos, 0)?;
+    sp.set(&p.len, 1)?;
+    let v = Variant {
+        gemms: Gemms::Cublas,
+        pdl: m.k_pdl.is_some(),
+    };
+    let mut step = Step::new(&stream, sp, StepOptions::default(), |s| {
+        m.enqueue(s, &mut batch.borrow_mut(), &p, v)
+    })?;
+    let g = generate::generate(
+        &ctx,
+        &stream,
+        &mut step,
+        &p,
+        (rows, c.vocab),
+        (prompt, n),
+        &logits,
+        &next,
+    )?;
+    assert!(g.prefill_s > 0.0 && g.generate_s > 0.0);
+
+    // The reference, each row fed its own picks: the same tokens until a pick whose margin is
+    // within bf16's error (after which the two contexts differ).
+    let mut reference = Reference::new(&c, rows);
+    for pos in 0..prompt - 1 {
+        let t: Vec<usize> = (0..rows)
+            .map(|r| model::token(pos, r, c.vocab) as usize)
+            .collect();
+        reference.step(&t, pos);
+    }
+    let mut input: Vec<usize> = (0..rows)
+        .map(|r| model::token(prompt - 1, r, c.vocab) as usize)
+        .collect();
+    let mut diverged = vec![false; rows];
+    let mut compared = 0;
+    for k in 0..n {
+        let out = reference.step(&input, prompt - 1 + k);
+        for r in 0..rows {
+            let l = &out[r];
+            let r16: Vec<f32> = l.iter().map(|&x| bf16::from_f32(x).to_f32()).collect();
+            let want = r16
+                .iter()
+                .enumerate()
+                .fold(0, |best, (i, &x)| if x > r16[best] { i } else { best });
+            let got = g.tokens[k * rows + r] as usize;
+            if diverged[r] {
+                continue;
+            }
+            if got != want {
+                let (_, margin) = graph_rt_dev::decode::reference::top1_margin(l);
+                assert!(
+                    (margin as f64) < 0.06 * std_dev(l),
+                    "row {r}, token {k}: {got} vs the reference's {want} at a margin of {margin}"
+                );
+                diverged[r] = true;
+            } else {
+                compared += 1;
+            }
+            input[r] = want;
+        }
+    }
+    assert!(compared >= rows * n / 2, "only {compared} tokens compared");
     Ok(())
 }

@@ -21,9 +21,13 @@
 //! or the example's own matrix-vector kernels up to 8 rows, with the residual add, the norm and
 //! SiLU·up fused in; `auto`, the default, times both as graphs and takes the faster),
 //! `--no-pdl` (no programmatic dependent launch; by default the variants with it are timed too
-//! from compute capability 9.0). Each batch size reports every variant it timed. A bad configuration is an error naming the option and
+//! from compute capability 9.0), `--generate N` with `--prompt L` (128): N tokens generated
+//! greedily after a prompt of L formula tokens, tokens per second, written to `--out`
+//! (`generated-b{B}.bin`, i32 [N, B]) for the PyTorch script to compare. Each batch size reports
+//! every variant it timed. A bad configuration is an error naming the option and
 //! exit code 2; no GPU, exit code 1.
 
+mod generate;
 mod model;
 mod run;
 mod step;
@@ -51,6 +55,10 @@ pub struct Options {
     /// `--no-pdl`: launch the kernels without programmatic dependent launch.
     pub no_pdl: bool,
     pub steps: usize,
+    /// `--generate N`: tokens to generate after the prompt (0: no generation).
+    pub generate: usize,
+    /// `--prompt L`: the generation's prompt length.
+    pub prompt: usize,
     pub iters: usize,
     pub warm: usize,
     pub out: Option<PathBuf>,
@@ -61,6 +69,7 @@ impl Options {
         let (mut steps, mut iters, mut warm, mut out) = (64, 200, 20, None);
         let mut gemm = GemmChoice::Auto;
         let mut no_pdl = false;
+        let (mut generate, mut prompt) = (0, 128);
         let mut rest = Vec::new();
         let mut it = args.into_iter();
         while let Some(flag) = it.next() {
@@ -84,6 +93,8 @@ impl Options {
                     }
                 }
                 "--no-pdl" => no_pdl = true,
+                "--generate" => generate = num("--generate")?,
+                "--prompt" => prompt = num("--prompt")?,
                 "--help" | "-h" => return Err(HELP.into()),
                 _ => rest.push(flag),
             }
@@ -98,9 +109,17 @@ impl Options {
                 config.position, config.max_len
             ));
         }
+        if generate > 0 && (prompt == 0 || prompt + generate - 1 > config.max_len) {
+            return Err(format!(
+                "--prompt {prompt} and --generate {generate}: the prompt needs at least 1 position and prompt + generate - 1 must fit the cache of {} positions",
+                config.max_len
+            ));
+        }
         Ok(Self {
             config,
             gemm,
+            generate,
+            prompt,
             no_pdl,
             steps,
             iters,
@@ -112,7 +131,7 @@ impl Options {
 
 const HELP: &str = "usage: decode [--layers N --d N --heads N --kv-heads N --mlp N --vocab N \
 --max-len N --batches 1,4,16 --position N] [--steps 64 --iters 200 --warm 20 --out DIR \
---gemm auto|cublas|own --no-pdl]";
+--gemm auto|cublas|own --no-pdl --generate N --prompt L]";
 
 fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1).collect()) {

@@ -301,6 +301,11 @@ pub fn fail(reason: String) -> graph_rt::Error {
     }
 }
 
+/// The token of batch row `row` at position `pos` (the PyTorch script's formula).
+pub fn token(pos: usize, row: usize, vocab: usize) -> i32 {
+    ((7919 * pos as u64 + 104729 * row as u64 + 17) % vocab as u64) as i32
+}
+
 /// Attention's dynamic shared memory: a row of f32 scores over the cache and the partial sums
 /// of its weighted values (decode.cu).
 pub fn attention_smem(c: &DecodeConfig) -> usize {

@@ -11,14 +11,9 @@ use graph_rt::timing::quantiles;
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream};
 use serde_json::{json, Value};
 
-use crate::model::{fail, gemv_fits, Batch, Gemms, Model, Params, Variant};
+use crate::model::{fail, gemv_fits, token, Batch, Gemms, Model, Params, Variant};
 use crate::GemmChoice;
 use crate::Options;
-
-/// The token of batch row `row` at position `pos` (the PyTorch script's formula).
-pub fn token(pos: usize, row: usize, vocab: usize) -> i32 {
-    ((7919 * pos as u64 + 104729 * row as u64 + 17) % vocab as u64) as i32
-}
 
 /// Timing blocks per mode: the fastest block's median is kept (as the PyTorch script does).
 const REPEATS: usize = 3;
@@ -115,10 +110,16 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
         std::fs::create_dir_all(dir).map_err(|e| fail(format!("--out {}: {e}", dir.display())))?;
     }
     let mut batches = serde_json::Map::new();
+    let mut generation = serde_json::Map::new();
     let mut all_graph = true;
     let mut finite = true;
     for &rows in &c.batches {
-        let r = run_batch(&ctx, &stream, &model, rows, o)?;
+        let mut r = run_batch(&ctx, &stream, &model, rows, o)?;
+        if let Some(g) = r.get_mut("generation").map(Value::take) {
+            if !g.is_null() {
+                generation.insert(rows.to_string(), g);
+            }
+        }
         all_graph &= r["graph"].as_bool().unwrap_or(false);
         finite &= r["margin_min"].as_f64().is_some_and(f64::is_finite);
         batches.insert(rows.to_string(), r);
@@ -155,6 +156,7 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
             "floor_us": floor_us,
             "setup_s": setup_s,
             "batches": Value::Object(batches),
+            "generation": Value::Object(generation),
         });
         write(&dir.join("graph-rt.json"), v.to_string().as_bytes())?;
     }
@@ -323,6 +325,39 @@ fn run_batch(
     } else {
         None
     };
+    // Generation with the same step (its caches rewritten from position 0).
+    let generation = if o.generate > 0 {
+        let g = crate::generate::generate(
+            ctx,
+            stream,
+            &mut step,
+            &p,
+            (rows, vocab),
+            (o.prompt, o.generate),
+            &fixed_logits,
+            &fixed_next,
+        )?;
+        if let Some(dir) = &o.out {
+            let bytes: Vec<u8> = g.tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+            write(&dir.join(format!("generated-b{rows}.bin")), &bytes)?;
+        }
+        let per_s = o.generate as f64 / g.generate_s;
+        println!(
+            "decode: batch {rows}: generated {} tokens after a prompt of {}: prefill {:.1} ms, generation {:.1} ms, {per_s:.0} tokens/s a sequence ({:.0} over the batch)",
+            o.generate,
+            o.prompt,
+            g.prefill_s * 1e3,
+            g.generate_s * 1e3,
+            per_s * rows as f64,
+        );
+        json!({
+            "prompt": o.prompt, "tokens": o.generate,
+            "prefill_s": g.prefill_s, "generate_s": g.generate_s,
+            "tokens_per_s": per_s, "batch_tokens_per_s": per_s * rows as f64,
+        })
+    } else {
+        Value::Null
+    };
     drop(step);
 
     let (sp, p2) = declared()?;
@@ -355,6 +390,7 @@ fn run_batch(
         chosen_us[0],
     );
     Ok(json!({
+        "generation": generation,
         "graph": graph,
         "kernel_nodes": nodes,
         "eager_us": eager[0], "eager_spread": [eager[1], eager[2]],
