@@ -13,11 +13,27 @@ f32 or bf16, [steps, B, vocab]; tokens tok(p, b) = (7919 p + 104729 b + 17) % vo
 
 Per batch size, the logits pass when at every step (over its B x vocab values)
 max|graph-rt - torch bf16| <= 0.02 std(torch bf16) and max|graph-rt - fp32| <= 1.5 max|torch bf16 - fp32|.
-Prints lines prefixed `decode_pytorch:`, the last `decode_pytorch: logits PASS` (or FAIL); exits 0
-either way, 1 when the script itself failed (e.g. torch.compile), 2 on a bad configuration.
+Prints lines prefixed `decode_pytorch:`, the last `decode_pytorch: logits PASS` (or FAIL; with
+--generate, `decode_pytorch: generation PASS` / FAIL after it); exits 0 either way, 1 when the
+script itself failed (e.g. torch.compile), 2 on a bad configuration.
 Options: the model's shape as the Rust example's (--layers --d --heads --kv-heads --mlp --vocab
 --max-len --batches --position), --steps, --iters, --warm, --skip-timing, --skip-logits,
 --no-compile, --device (a CPU smoke run: --device cpu with a tiny shape; no CUDA modes there).
+
+Generation (`--generate N --prompt L`, after the parts above, or alone with --skip-timing
+--skip-logits), the definitions of the Rust example's `--generate`: the step at position p takes
+the token of position p and its argmax predicts position p + 1. Prefill: the steps at positions
+0 .. L-2 fed the prompt tok(p, ·); generation: N steps at positions L-1 .. L+N-2, the first fed
+tok(L-1, ·), each later one the argmax of the one before (on the device, one synchronization at
+the end); their N argmaxes are the generated tokens [N, B]. Run with PyTorch's best mode
+(torch.compile reduce-overhead over the module with its caches as buffers; eager on CPU or with
+--no-compile), fresh zeroed caches, REPEATS timed runs (the fastest kept); then an untimed pass
+over the same tokens gives each step's top-1 margin of its bf16 logits, and (cheap) the eager
+model's picks over them. With --graph-rt DIR, each row of `generated-b{B}.bin` (raw little-endian
+int32, [N, B]) is compared: identical to the end, or diverging first at a step where PyTorch's
+margin is <= 2 max|torch bf16 - fp32| of the teacher-forced logits (0.05 for that error when they
+were skipped): explained; otherwise (or a missing file) `decode_pytorch: generation FAIL`. The
+tokens/s of graph-rt.json's "generation" are tabled against PyTorch's.
 """
 import argparse
 import contextlib
@@ -60,6 +76,8 @@ def parse_args(argv=None):
     p.add_argument("--skip-timing", action="store_true")
     p.add_argument("--skip-logits", action="store_true")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile mode")
+    p.add_argument("--generate", type=int, default=0, metavar="N", help="tokens to generate (0: no generation)")
+    p.add_argument("--prompt", type=int, default=128, metavar="L", help="the generation's prompt length")
     return p.parse_args(argv)
 
 
@@ -83,7 +101,15 @@ def check_config(a):
         (a.position >= 0 and a.steps >= 1 and a.position + a.steps <= a.max_len,
          f"position {a.position} + steps {a.steps} must fit the cache of {a.max_len} positions (steps >= 1)"),
         (a.iters >= 1 and a.warm >= 0, "iters is at least 1, warm at least 0"),
+        (a.generate >= 0, f"--generate {a.generate}: 0 (no generation) or at least 1 token"),
     ]
+    if a.generate > 0:
+        checks += [
+            (a.prompt >= 1, f"--prompt {a.prompt}: the prompt needs at least 1 position"),
+            (a.prompt + a.generate - 1 <= a.max_len,
+             f"--prompt {a.prompt} + --generate {a.generate} - 1 must fit the cache of {a.max_len} positions"),
+            (a.vocab >= 2, f"vocab {a.vocab}: generation's top-1 margin needs at least 2 logits"),
+        ]
     return next((msg for ok, msg in checks if not ok), None)
 
 
@@ -421,6 +447,224 @@ def read_json(d):
         return None
 
 
+# Generation (--generate N --prompt L): the same definitions as examples/decode/generate.rs.
+
+FIXED_E = 0.05  # max|torch bf16 - fp32| taken when the teacher-forced logits did not run
+GEN_MODES = {"best": "torch.compile reduce-overhead, caches as buffers",
+             "eager": "eager (the best mode here: no torch.compile on CPU or with --no-compile)"}
+
+
+def gen_inputs(a, B, dev):
+    """The generation's device inputs, a tensor each, made before any timing: the prompt's
+    tokens tok(p, ·) [B] for p in 0 .. L-1 and the positions [1] for p in 0 .. L+N-2."""
+    prompt = [tokens(a, p, B, dev) for p in range(a.prompt)]
+    pos = [torch.tensor([p], device=dev) for p in range(a.prompt + a.generate - 1)]
+    return prompt, pos
+
+
+def zero_caches(m):
+    for i in range(m.L):
+        getattr(m, f"k{i}").zero_()
+        getattr(m, f"v{i}").zero_()
+
+
+def generate_once(step, m, prompt, pos, n, sync):
+    """One timed generation from zeroed caches: the prefill (positions 0 .. L-2), then `n` steps
+    each fed the argmax of the one before (cloned: cudagraph trees reuse their output memory),
+    one synchronization at the end. The tokens ([B] each, on the device), prefill_s, generate_s."""
+    L = len(prompt)
+    zero_caches(m)
+    sync()
+    t0 = time.perf_counter()
+    for p in range(L - 1):
+        step(prompt[p], pos[p])
+    sync()
+    prefill_s = time.perf_counter() - t0
+    out, nxt = [], prompt[L - 1]
+    t0 = time.perf_counter()
+    for k in range(n):
+        nxt = step(nxt, pos[L - 1 + k])[1].clone()
+        out.append(nxt)
+    sync()
+    return out, prefill_s, time.perf_counter() - t0
+
+
+def replay(step, m, prompt, pos, out):
+    """Untimed: the prefill and the generating steps again from zeroed caches, fed the timed
+    run's tokens `out`; each step's top-1 margin of its bf16 logits (top - second, as float) and
+    its argmax, [N, B] each on the CPU."""
+    L = len(prompt)
+    zero_caches(m)
+    for p in range(L - 1):
+        step(prompt[p], pos[p])
+    margins, picks = [], []
+    for k in range(len(out)):
+        logits, nxt = step(prompt[L - 1] if k == 0 else out[k - 1], pos[L - 1 + k])
+        top = logits.topk(2, -1).values.float()
+        margins.append(top[:, 0] - top[:, 1])
+        picks.append(nxt.clone())
+    return torch.stack(margins).cpu(), torch.stack(picks).cpu()
+
+
+def generate_with(a, step, mode, m, prompt, pos, sync):
+    """Warm-up (for "best": compilation and cudagraph recording), REPEATS timed generations (the
+    fastest kept), the margins pass. (metrics, tokens [N, B] int64 CPU, margins [N, B] CPU)."""
+    t0 = time.perf_counter()
+    for _ in range(5):
+        step(prompt[0], pos[0])
+    sync()
+    r = {"mode": mode, "warmup_s": time.perf_counter() - t0}
+    runs = [generate_once(step, m, prompt, pos, a.generate, sync) for _ in range(REPEATS)]
+    toks = [torch.stack(out).cpu() for out, _, _ in runs]
+    r["prefill_runs_s"] = [pf for _, pf, _ in runs]
+    r["generate_runs_s"] = [g for _, _, g in runs]
+    r["prefill_s"], r["generate_s"] = min(r["prefill_runs_s"]), min(r["generate_runs_s"])
+    r["repeats_identical"] = all(bool((t == toks[0]).all()) for t in toks)
+    margins, picks = replay(step, m, prompt, pos, runs[0][0])
+    r["replay_same"] = (picks == toks[0]).float().mean().item()
+    return r, toks[0], margins, runs[0][0]
+
+
+def generate_batch(a, w, B, dev, failures):
+    """Generation at batch B with PyTorch's best mode (eager when it is not available or fails
+    to compile); the metrics, the tokens [N, B] and the margins [N, B] (CPU)."""
+    cuda = dev.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    m = Decoder(a, w, torch.bfloat16, B)
+    prompt, pos = gen_inputs(a, B, dev)
+    res, err = None, None
+    if cuda and not a.no_compile:
+        try:
+            cm = torch.compile(m, mode="reduce-overhead", fullgraph=True)
+            res = generate_with(a, cm, "best", m, prompt, pos, sync)
+        except Exception as e:  # noqa: BLE001 - recorded, generation goes on eagerly
+            err = f"{type(e).__name__}: {e}"
+            failures.append(f"B={B}: generation's torch.compile failed: {err}")
+            say(f"B={B}: generation's torch.compile FAILED ({err}): generating eagerly")
+            torch._dynamo.reset()
+    if res is None:
+        res = generate_with(a, m, "eager", m, prompt, pos, sync)
+    r, toks, margins, out = res
+    if err:
+        r["compile_error"] = err
+    n = a.generate
+    r.update(prompt=a.prompt, tokens=n, tokens_per_s=n / r["generate_s"], batch_tokens_per_s=n * B / r["generate_s"],
+             margin_min=margins.min().item(), margin_median=margins.median().item())
+    if r["mode"] == "best":  # the eager bf16 model over the same tokens: its picks and margins
+        em, ep = replay(m, m, prompt, pos, out)
+        r["eager_agree"] = (ep == toks).float().mean().item()
+        r["eager_margin_min"] = em.min().item()
+    r["generated"] = toks.tolist()
+    say(f"B={B}: generation, {GEN_MODES[r['mode']]}: warm-up {r['warmup_s']:.1f} s; prefill of {a.prompt - 1} "
+        f"steps {r['prefill_s'] * 1e3:.1f} ms; {n} tokens in {r['generate_s'] * 1e3:.1f} ms (fastest of "
+        f"{REPEATS}), {r['tokens_per_s']:.0f} tokens/s a sequence ({r['batch_tokens_per_s']:.0f} over the batch)")
+    extra = f"; eager picks the same at {fmt(r['eager_agree'], '.4f')} of the steps" if "eager_agree" in r else ""
+    say(f"B={B}: generation top-1 margin min {fmt(r['margin_min'], '.4f')} median {fmt(r['margin_median'], '.4f')}; "
+        f"repeats identical {r['repeats_identical']}; the margins pass picks the same "
+        f"{fmt(r['replay_same'], '.4f')}{extra}")
+    del m, prompt, pos, out, res
+    torch._dynamo.reset()
+    free()
+    return r, toks, margins
+
+
+def read_generated(path, n, B):
+    """graph-rt's generated tokens as int64 [n, B], or an error string."""
+    if not os.path.exists(path):
+        return f"missing {path}"
+    size = os.path.getsize(path)
+    if size != 4 * n * B:
+        return f"{path}: {size} bytes, expected N {n} x B {B} int32 values = {4 * n * B}"
+    return torch.from_numpy(np.fromfile(path, dtype="<i4").reshape(n, B).astype(np.int64))
+
+
+def compare_generation(mine, margins, theirs, threshold):
+    """Per row, the first step where PyTorch's tokens `mine` and graph-rt's `theirs` differ, and
+    whether PyTorch's top-1 margin there is within `threshold` (explained)."""
+    rows = []
+    for b in range(mine.shape[1]):
+        diff = (mine[:, b] != theirs[:, b]).nonzero().flatten()
+        if len(diff) == 0:
+            rows.append({"row": b, "first_diff": None})
+            continue
+        k = int(diff[0])
+        mg = margins[k, b].item()
+        rows.append({"row": b, "first_diff": k, "torch": int(mine[k, b]), "graph_rt": int(theirs[k, b]),
+                     "margin": mg, "explained": mg <= threshold})
+    c = {"rows": rows, "threshold": threshold, "same_tokens": (mine == theirs).float().mean().item(),
+         "identical": sum(r["first_diff"] is None for r in rows),
+         "explained": sum(r.get("explained") is True for r in rows),
+         "unexplained": sum(r.get("explained") is False for r in rows),
+         "close_steps": int((margins <= threshold).sum())}
+    c["pass"] = c["unexplained"] == 0
+    return c
+
+
+def report_generation(a, gen, logits, gr_json):
+    """The generation's table and comparison; (verdict text, the JSON part)."""
+    gr_gen = gr_json.get("generation") if isinstance(gr_json, dict) else None
+    gr_gen = gr_gen if isinstance(gr_gen, dict) else {}
+    if a.graph_rt and not gr_gen:
+        say("generation: graph-rt.json has no \"generation\" (graph-rt's tokens/s are not in the table)")
+    say("generation: batch | graph-rt tokens/s | PyTorch best tokens/s | ratio (graph-rt / PyTorch) "
+        "| graph-rt prefill ms | PyTorch prefill ms")
+    ratios = {}
+    for B in a.batch_list:
+        r = gen[B][0]
+        gb = gr_gen.get(str(B)) if isinstance(gr_gen.get(str(B)), dict) else {}
+        g_tps, g_pf = num(gb.get("tokens_per_s")), num(gb.get("prefill_s"))
+        ratios[B] = g_tps / r["tokens_per_s"] if g_tps is not None else None
+        label = "" if r["mode"] == "best" else " (eager)"
+        say(f"generation: {B:5d} | {fmt(g_tps, '.0f'):>17} | {fmt(r['tokens_per_s'], '.0f') + label:>21} | "
+            f"{fmt(ratios[B], '.3f'):>27} | {fmt(g_pf * 1e3 if g_pf is not None else None):>19} | "
+            f"{fmt(r['prefill_s'] * 1e3):>18}")
+    if ratios.get(1) is not None:
+        vs = "the compiled best" if gen[1][0]["mode"] == "best" else "eager PyTorch, not the compiled best"
+        say(f"generation: batch 1 graph-rt / PyTorch = {ratios[1]:.3f} against {vs} "
+            f"(acceptance >= 1.25: {'met' if ratios[1] >= 1.25 else 'NOT met'})")
+    part = {"prompt": a.prompt, "tokens": a.generate, "batches": {str(B): gen[B][0] for B in a.batch_list},
+            "graph_rt": gr_gen or None, "ratio_graph_rt_over_torch": {str(B): v for B, v in ratios.items()},
+            "compare": {}}
+    if not a.graph_rt:
+        return "not compared (no --graph-rt DIR)", part
+    verdict = True
+    for B in a.batch_list:
+        _, mine, margins = gen[B]
+        if B in logits:
+            e, src = max(logits[B]["e_torch"]), "max |torch bf16 - fp32| of the teacher-forced logits"
+        else:
+            e, src = FIXED_E, f"a fixed {FIXED_E} for max |torch bf16 - fp32| (the teacher-forced logits were skipped)"
+        threshold = 2 * e
+        problems = []
+        gb = gr_gen.get(str(B)) if isinstance(gr_gen.get(str(B)), dict) else {}
+        for key, want in (("prompt", a.prompt), ("tokens", a.generate)):
+            if num(gb.get(key)) is not None and gb[key] != want:
+                problems.append(f"graph-rt.json says {key} {gb[key]}, this run {want}")
+        theirs = read_generated(os.path.join(a.graph_rt, f"generated-b{B}.bin"), a.generate, B)
+        if isinstance(theirs, str):
+            problems.append(theirs)
+            c = {}
+        else:
+            c = compare_generation(mine, margins, theirs, threshold)
+        c.update(e_torch_max=e, e_source=src, threshold=threshold)
+        if problems:
+            c.update(error="; ".join(problems), **{"pass": False})
+        part["compare"][str(B)] = c
+        verdict = verdict and c["pass"]
+        if problems:
+            say(f"generation B={B}: FAIL: {c['error']}")
+            continue
+        divs = [r for r in c["rows"] if r["first_diff"] is not None]
+        shown = "; ".join(f"row {r['row']} at step {r['first_diff']} (torch {r['torch']}, graph-rt {r['graph_rt']}, "
+                          f"margin {r['margin']:.4f}: {'explained' if r['explained'] else 'UNEXPLAINED'})"
+                          for r in divs[:4]) + ("; …" if len(divs) > 4 else "")
+        say(f"generation B={B}: {c['identical']} of {B} rows identical to the end, {c['explained']} diverging "
+            f"explained, {c['unexplained']} unexplained; same tokens {fmt(c['same_tokens'], '.4f')}; "
+            f"threshold 2 x {e:.4f} = {threshold:.4f} ({src}); {c['close_steps']} of {a.generate * B} steps "
+            f"x rows have a margin within it: {'PASS' if c['pass'] else 'FAIL'}" + (f"; {shown}" if shown else ""))
+    return ("PASS" if verdict else "FAIL"), part
+
+
 def main(argv=None):
     a = parse_args(argv)
     problem = check_config(a)
@@ -437,8 +681,10 @@ def main(argv=None):
     config = {k: getattr(a, k) for k in ("layers", "d", "heads", "kv_heads", "mlp", "vocab", "max_len",
                                          "position", "steps", "iters", "warm")}
     config.update(batches=a.batch_list, head_dim=a.d // a.heads, device=str(dev))
+    if a.generate:
+        config.update(generate=a.generate, prompt=a.prompt)
     say("config: " + " ".join(f"{k} {v}" for k, v in config.items()) + f"; torch {torch.__version__}; {gpu}")
-    failures, timing, logits = [], {}, {}
+    failures, timing, logits, gen = [], {}, {}, {}
     with torch.no_grad():
         t0 = time.perf_counter()
         w = build_weights(a, dev)
@@ -460,6 +706,8 @@ def main(argv=None):
                 say(f"B={B}: teacher-forced logits, bf16 and fp32, {a.position + a.steps} positions "
                     f"in {time.perf_counter() - t0:.1f} s")
             del w32
+        for B in (a.batch_list if a.generate else []):
+            gen[B] = generate_batch(a, w, B, dev, failures)
         del w
         free()
     gr_json = read_json(a.graph_rt) if a.graph_rt else None
@@ -468,10 +716,14 @@ def main(argv=None):
         text = "skipped (--skip-logits)" if a.skip_logits else "not compared (no --graph-rt DIR)"
     else:
         text = "PASS" if verdict else "FAIL"
+    gen_text, gen_part = report_generation(a, gen, logits, gr_json) if a.generate else (None, None)
     if a.out:
         out = {"config": config, "torch": torch.__version__, "gpu": gpu, "weights_s": weights_s,
                "timing": {str(B): r for B, r in timing.items()}, "logits": {str(B): m for B, m in logits.items()},
                "graph_rt": gr_json, "verdict": {"logits": text}, "failures": failures}
+        if a.generate:
+            out["generation"] = dict(gen_part, verdict=gen_text)
+            out["verdict"]["generation"] = gen_text
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
         with open(a.out, "w") as fh:  # non-finite floats (a ratio over 0) as null
             json.dump(tree(lambda v: None if isinstance(v, float) and not math.isfinite(v) else v, out), fh, indent=1)
@@ -479,6 +731,8 @@ def main(argv=None):
     for f in failures:
         say(f"failure: {f}")
     say(f"logits {text}")
+    if a.generate:
+        say(f"generation {gen_text}")
     return 1 if failures else 0
 
 
