@@ -273,6 +273,8 @@ impl Batch {
 /// and the cuBLAS handle.
 pub struct Model {
     pub c: DecodeConfig,
+    /// The device's multiprocessors (the matrix-vector kernels' grids are capped by them).
+    pub sms: u32,
     pub w: Weights,
     pub k: Kernels,
     pub k_pdl: Option<Kernels>,
@@ -288,6 +290,7 @@ impl Model {
             k: Kernels::load(ctx, smem, false)?,
             k_pdl: pdl.then(|| Kernels::load(ctx, smem, true)).transpose()?,
             blas: Cublas::new(stream)?,
+            sms: ctx.device().multiprocessor_count()?.max(1) as u32,
             c: c.clone(),
         })
     }
@@ -312,7 +315,14 @@ pub fn attention_smem(c: &DecodeConfig) -> usize {
     4 * (c.max_len + 32 * c.head_dim() + 2048)
 }
 
-/// The matrix-vector kernel's launch: a warp per output, 8 a block, the rows in shared memory.
-pub(crate) fn gemv_config(m: usize, rows: usize, k: usize) -> LaunchConfig {
-    LaunchConfig::new(m.div_ceil(8) as u32, 256u32).shared_mem((rows * k * 2) as u32)
+/// Blocks of the matrix-vector kernels an SM holds at once (decode.cuh's `GEMV_BLOCKS_PER_SM`,
+/// which bounds their registers to that).
+pub(crate) const GEMV_BLOCKS_PER_SM: u32 = 2;
+
+/// The matrix-vector kernel's launch: 8 warps a block, each warp streaming every (warps)-th
+/// output row, as many blocks as the device holds at once (or one a row of 8), the input rows in
+/// shared memory.
+pub(crate) fn gemv_config(m: usize, rows: usize, k: usize, sms: u32) -> LaunchConfig {
+    let blocks = (m.div_ceil(8) as u32).min(GEMV_BLOCKS_PER_SM * sms.max(1));
+    LaunchConfig::new(blocks, 256u32).shared_mem((rows * k * 2) as u32)
 }

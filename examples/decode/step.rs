@@ -50,7 +50,7 @@ impl Model {
                     y: &mut DeviceBuffer<bf16>| {
             // y (m × b, column-major: row-major [b, m]) = W x, W row-major [m, kk].
             if own && gemv_fits(b, kk) {
-                let cfg = k.cfg(gemv_config(m, b, kk));
+                let cfg = k.cfg(gemv_config(m, b, kk, self.sms));
                 // SAFETY: W holds m × kk, x b × kk and y b × m elements; kk a multiple of 8.
                 return unsafe { s.launch(&k.gemv, &cfg, (w, x, &*y, i(m), i(kk), i(b))) };
             }
@@ -103,7 +103,7 @@ impl Model {
                 EPS,
             );
             // SAFETY: as above.
-            unsafe { s.launch(&k.gemv_norm, &k.cfg(gemv_config(m, b, d)), args) }
+            unsafe { s.launch(&k.gemv_norm, &k.cfg(gemv_config(m, b, d, self.sms)), args) }
         };
         let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
         for (l, w) in self.w.layers.iter().enumerate() {
@@ -135,7 +135,7 @@ impl Model {
                 gemm(2 * mlp, d, &w.up, &a.h, &mut a.gate_up)?;
             }
             if fuse_silu {
-                let cfg = k.cfg(gemv_config(d, b, mlp));
+                let cfg = k.cfg(gemv_config(d, b, mlp, self.sms));
                 let args = (&w.down, &a.gate_up, &a.delta, i(d), i(mlp), i(b));
                 // SAFETY: as above.
                 unsafe { s.launch(&k.gemv_silu, &cfg, args)? };
@@ -149,7 +149,7 @@ impl Model {
         }
         let (head, final_norm) = (&self.w.head, &self.w.final_norm);
         if fuse_norm {
-            let cfg = k.cfg(gemv_config(c.vocab, b, d));
+            let cfg = k.cfg(gemv_config(c.vocab, b, d, self.sms));
             let (x, y) = (&a.x[cur], &a.x[1 - cur]);
             let args = (
                 head,

@@ -17,8 +17,14 @@
 // their slots before it, at entry: safe because the table's refresh comes before the first
 // kernel, which is never launched programmatically, and every later kernel starts after it.)
 #define PDL_START() asm volatile("griddepcontrol.launch_dependents;\n\tgriddepcontrol.wait;" ::: "memory")
+// The two halves, for kernels that read what does not depend on the kernel before (weights)
+// between them.
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #else
 #define PDL_START() ((void)0)
+#define PDL_TRIGGER() ((void)0)
+#define PDL_WAIT() ((void)0)
 #endif
 
 typedef unsigned short bf16;
@@ -256,44 +262,96 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
 // rows (at most 8) of s, the input staged in dynamic shared memory (rows * K * 2 bytes) — as
 // given, or RMSNorm(x + delta) * w (the residual add and norm fused in: every block computes
 // them, block 0 writes the sum), or SiLU(gate) * up — W row-major [M, K] bf16 (K a multiple of
-// 8), one warp per output m, 256 threads a block; y [rows, M] bf16 rounded once, or f32.
+// 8), 256 threads a block; y [rows, M] bf16 rounded once, or f32.
+// The grid is at most what the device holds at once (the host caps it at GEMV_BLOCKS_PER_SM a
+// multiprocessor): warp w of the W warps
+// takes rows w, w + W, …, and streams them as one sequence of 16-byte chunks (lane l takes chunks
+// l, l + 32, … of a row), GEMV_PRE chunks a lane in flight. The first GEMV_PRE are loaded
+// before PDL's wait: the weights do not depend on the kernel before, so launched
+// programmatically their reads overlap its end.
+#define GEMV_PRE 8
+// Blocks of 256 threads an SM holds (the register bound this asks of the compiler); the host
+// caps the grid at this many per SM (`model::GEMV_BLOCKS_PER_SM`).
+#define GEMV_BLOCKS_PER_SM 2
 
-// The product over the staged rows (published by the staging's barrier).
-__device__ __forceinline__ void gemv_product(const bf16* __restrict__ W, bf16* y16, float* y32,
-                                             int M, int K, int rows) {
-    extern __shared__ uint4 xs[];
-    int words = K / 8;
-    int lane = threadIdx.x & 31;
-    int m = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    if (m >= M || rows > 8) return;
-    float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-    const uint4* wr = (const uint4*)(W + (size_t)m * K);
-#pragma unroll 4
-    for (int c = lane; c < words; c += 32) {
-        uint4 w = wr[c];
-        float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
-        float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
+struct GemvWarp {
+    const uint4* W;
+    int M, words, per_lane, first, stride, lane;
+    long long steps;
+
+    __device__ __forceinline__ GemvWarp(const bf16* w, int m, int k) {
+        W = (const uint4*)w;
+        M = m;
+        words = k / 8;
+        per_lane = (words + 31) / 32;
+        lane = threadIdx.x & 31;
+        first = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+        stride = gridDim.x * (blockDim.x >> 5);
+        long long rows = first < M ? (M - first + stride - 1) / stride : 0;
+        steps = rows * per_lane;
+    }
+
+    // Step t's chunk of this lane (zero past the row's end).
+    __device__ __forceinline__ uint4 load(long long t) const {
+        long long r = t / per_lane;
+        int c = lane + 32 * (int)(t - r * per_lane);
+        if (c >= words) return make_uint4(0u, 0u, 0u, 0u);
+        return __ldg(W + (size_t)(first + r * stride) * words + c);
+    }
+
+    __device__ __forceinline__ void prefetch(uint4 (&pre)[GEMV_PRE]) const {
 #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            if (r < rows) {
-                uint4 v = xs[r * words + c];
-                acc[r] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
-                          f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
+        for (int j = 0; j < GEMV_PRE; j++)
+            pre[j] = j < steps ? load(j) : make_uint4(0u, 0u, 0u, 0u);
+    }
+
+    // The products over the staged rows (published by the staging's barrier), from the chunks
+    // `pre` holds on.
+    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32,
+                                        int rows) const {
+        extern __shared__ uint4 xs[];
+        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        for (long long t0 = 0; t0 < steps; t0 += GEMV_PRE) {
+#pragma unroll
+            for (int j = 0; j < GEMV_PRE; j++) {
+                long long t = t0 + j;
+                if (t >= steps) break;
+                uint4 w = pre[j];
+                if (t + GEMV_PRE < steps) pre[j] = load(t + GEMV_PRE);
+                long long r = t / per_lane;
+                int part = (int)(t - r * per_lane), c = lane + 32 * part;
+                if (c < words) {
+                    float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
+                    float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
+#pragma unroll
+                    for (int b = 0; b < 8; b++) {
+                        if (b < rows) {
+                            uint4 v = xs[b * words + c];
+                            acc[b] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
+                                      f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
+                        }
+                    }
+                }
+                if (part == per_lane - 1) {
+                    // The row's last chunk (warp-uniform): its sums, then the next row from 0.
+                    size_t m = (size_t)first + (size_t)r * stride;
+#pragma unroll
+                    for (int b = 0; b < 8; b++) {
+                        if (b < rows) {
+                            float v = acc[b];
+                            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                            if (lane == 0) {
+                                if (y32) y32[(size_t)b * M + m] = v;
+                                else y16[(size_t)b * M + m] = st(v);
+                            }
+                            acc[b] = 0.f;
+                        }
+                    }
+                }
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < 8; r++) {
-        if (r < rows) {
-            float v = acc[r];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) {
-                if (y32) y32[(size_t)r * M + m] = v;
-                else y16[(size_t)r * M + m] = st(v);
-            }
-        }
-    }
-}
+};
 
 // Stages x [rows, K] as given.
 __device__ __forceinline__ void stage_plain(const bf16* x, int K, int rows) {
@@ -345,38 +403,54 @@ __device__ void stage_silu(const bf16* gate_up, int K, int rows) {
     __syncthreads();
 }
 
-extern "C" __global__ void gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M,
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M,
                                      int K, int rows) {
-    PDL_START();
+    PDL_TRIGGER();
     if (rows > 8) return;
+    GemvWarp g(W, M, K);
+    uint4 pre[GEMV_PRE];
+    g.prefetch(pre);
+    PDL_WAIT();
     stage_plain(x, K, rows);
-    gemv_product(W, y, 0, M, K, rows);
+    g.run(pre, y, 0, rows);
 }
 
-extern "C" __global__ void gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in,
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in,
                                           const bf16* delta, bf16* x_out, const bf16* w, bf16* y,
                                           int M, int K, int rows, float eps) {
-    PDL_START();
+    PDL_TRIGGER();
     if (rows > 8) return;
+    GemvWarp g(W, M, K);
+    uint4 pre[GEMV_PRE];
+    g.prefetch(pre);
+    PDL_WAIT();
     stage_norm(x_in, delta, x_out, w, K, rows, eps);
-    gemv_product(W, y, 0, M, K, rows);
+    g.run(pre, y, 0, rows);
 }
 
-extern "C" __global__ void gemv_norm_f32(const bf16* __restrict__ W, const bf16* x_in,
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_norm_f32(const bf16* __restrict__ W, const bf16* x_in,
                                          const bf16* delta, bf16* x_out, const bf16* w, float* y,
                                          int M, int K, int rows, float eps) {
-    PDL_START();
+    PDL_TRIGGER();
     if (rows > 8) return;
+    GemvWarp g(W, M, K);
+    uint4 pre[GEMV_PRE];
+    g.prefetch(pre);
+    PDL_WAIT();
     stage_norm(x_in, delta, x_out, w, K, rows, eps);
-    gemv_product(W, 0, y, M, K, rows);
+    g.run(pre, 0, y, rows);
 }
 
-extern "C" __global__ void gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up,
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up,
                                           bf16* y, int M, int K, int rows) {
-    PDL_START();
+    PDL_TRIGGER();
     if (rows > 8) return;
+    GemvWarp g(W, M, K);
+    uint4 pre[GEMV_PRE];
+    g.prefetch(pre);
+    PDL_WAIT();
     stage_silu(gate_up, K, rows);
-    gemv_product(W, y, 0, M, K, rows);
+    g.run(pre, y, 0, rows);
 }
 
 // out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
@@ -408,9 +482,35 @@ extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
     const float* row = logits + (size_t)blockIdx.x * vocab;
     float bv = NEG_INF;
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = ld(st(row[i]));
-        if (beats(v, i, bv, bi)) bv = v, bi = i;
+    if ((vocab & 3) == 0 && ((size_t)logits & 15) == 0) {
+        // Four logits a load, eight loads issued before any is compared: one trip to memory
+        // for a vocabulary of up to 32 K at 1024 threads (every row 16-byte aligned).
+        const float4* row4 = (const float4*)row;
+        int n4 = vocab / 4;
+        for (int base = threadIdx.x; base < n4; base += 8 * blockDim.x) {
+            float4 v4[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int i = base + u * blockDim.x;
+                v4[u] = i < n4 ? row4[i] : make_float4(NEG_INF, NEG_INF, NEG_INF, NEG_INF);
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                int i = 4 * (base + u * blockDim.x);
+                if (i >= vocab) break;
+                float e[4] = {v4[u].x, v4[u].y, v4[u].z, v4[u].w};
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float v = ld(st(e[q]));
+                    if (beats(v, i + q, bv, bi)) bv = v, bi = i + q;
+                }
+            }
+        }
+    } else {
+        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+            float v = ld(st(row[i]));
+            if (beats(v, i, bv, bi)) bv = v, bi = i;
+        }
     }
     for (int o = 16; o > 0; o >>= 1) {
         float v = __shfl_xor_sync(0xffffffffu, bv, o);
