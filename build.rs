@@ -18,7 +18,7 @@ fn main() {
 /// and next tokens out (pointers rebound every call), the position and the attended length
 /// (scalars set every call: one capture serves every position).
 const DECODE_POINTERS: &[&str] = &["embed_norm:0", "argmax:0", "argmax:1"];
-const DECODE_SCALARS: &[&str] = &["rope_append:7", "attention:9"];
+const DECODE_SCALARS: &[&str] = &["attention:9", "attention:10"];
 
 /// Writes `$OUT_DIR/decode_table.ptx` and `$OUT_DIR/decode_pdl_table.ptx` (the two modules with
 /// those parameters rewritten) and `$OUT_DIR/decode_table.rs` (each rewritten kernel's
@@ -37,7 +37,7 @@ fn decode_table_forms() {
         };
         let options = graph_rt_ptx::Options {
             kernels: Some(
-                ["embed_norm", "rope_append", "attention", "argmax"]
+                ["embed_norm", "attention", "argmax"]
                     .map(String::from)
                     .to_vec(),
             ),

@@ -111,7 +111,6 @@ pub struct Kernels {
     /// table's refresh is made programmatic.
     pdl: bool,
     pub(crate) embed_norm: TableKernel,
-    pub(crate) rope_append: TableKernel,
     pub(crate) attention: TableKernel,
     pub(crate) argmax: TableKernel,
     pub(crate) add_norm: Function,
@@ -156,7 +155,6 @@ impl Kernels {
         Ok(Self {
             pdl,
             embed_norm: table("embed_norm")?,
-            rope_append: table("rope_append")?,
             attention,
             argmax: table("argmax")?,
             add_norm: module.function("add_norm")?,

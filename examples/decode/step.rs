@@ -11,7 +11,8 @@ use crate::model::{attention_smem, gemv_config, gemv_fits, Batch, Gemms, Model, 
 
 impl Model {
     /// One decode step of batch `a` through the step's scope: embedding and norm; per layer the
-    /// QKV product, rotary and cache append, attention over the positions written, the output
+    /// QKV product, attention over the positions written (the rotary embedding and the cache append
+    /// fused in), the output
     /// product, the residual add and norm, the gate/up product, SiLU·up, the down product; the
     /// residual add and final norm, the head product and the argmax. With the example's own
     /// products ([`Gemms::Own`], where they apply) the residual add and norm are fused into the
@@ -119,11 +120,10 @@ impl Model {
             // SAFETY: as above.
             unsafe {
                 let (kc, vc) = (&a.k[l], &a.v[l]);
-                let rope = (&a.qkv, kc, vc, dims.0, dims.1, dims.2, dims.3, p.pos.slot());
-                s.launch_table(&k.rope_append, &rows, rope)?;
                 let scale = 1.0 / (hd as f32).sqrt();
                 let (n, kv, hw, t) = dims;
-                let attn = (&a.qkv, kc, vc, &a.attn, n, kv, hw, t, scale, p.len.slot());
+                let (pos, len) = (p.pos.slot(), p.len.slot());
+                let attn = (&a.qkv, kc, vc, &a.attn, n, kv, hw, t, scale, pos, len);
                 s.launch_table(&k.attention, &attn_cfg, attn)?;
             }
             gemm(d, attn_w, &w.o, &a.attn, &mut a.delta)?;

@@ -107,79 +107,100 @@ extern "C" __global__ void add_norm(bf16* x, const bf16* delta, const bf16* w, b
     norm_row(xr, w, y + row, d, eps, scratch);
 }
 
-// One block per batch row of qkv ([batch, (heads + 2 kv_heads) head_dim]: q heads, k heads, v
-// heads): rotates q in place and k (halves rotated, base 10000) to position `pos`, and writes k
-// and v into the caches at `pos`. The angle in f32, cos and sin rounded to bf16 and every product
-// and sum rounded, as PyTorch's bf16 `t1 * cos - t2 * sin` computes it. A position outside the
-// cache writes nothing.
-extern "C" __global__ void rope_append(bf16* qkv, bf16* k_cache, bf16* v_cache, int heads,
-                                       int kv_heads, int head_dim, int max_len, int pos) {
-    PDL_START();
-    if (pos < 0 || pos >= max_len) return;
-    int b = blockIdx.x, half = head_dim / 2;
-    int width = (heads + 2 * kv_heads) * head_dim;
-    bf16* row = qkv + (size_t)b * width;
-    for (int j = threadIdx.x; j < (heads + kv_heads) * half; j += blockDim.x) {
-        int head = j / half, i = j % half;
-        float inv = 1.f / powf(10000.f, (float)i / (float)half);
-        float ang = (float)pos * inv;
-        float c = ld(st(cosf(ang))), s = ld(st(sinf(ang)));
-        bf16* t = row + head * head_dim;
-        float a = ld(t[i]), z = ld(t[i + half]);
-        bf16 r0 = st(ld(st(a * c)) - ld(st(z * s)));
-        bf16 r1 = st(ld(st(z * c)) + ld(st(a * s)));
-        if (head < heads) {
-            t[i] = r0;
-            t[i + half] = r1;
-        } else {
-            int kh = head - heads;
-            bf16* k = k_cache + (((size_t)b * kv_heads + kh) * max_len + pos) * head_dim;
-            k[i] = r0;
-            k[i + half] = r1;
-        }
-    }
-    const bf16* v = row + (heads + kv_heads) * head_dim;
-    for (int j = threadIdx.x; j < kv_heads * head_dim; j += blockDim.x) {
-        int kh = j / head_dim, i = j % head_dim;
-        v_cache[(((size_t)b * kv_heads + kh) * max_len + pos) * head_dim + i] = v[j];
-    }
+// The rotary embedding of one pair (i, i + half) of a head at position `pos` (halves rotated,
+// base 10000): the angle in f32, cos and sin rounded to bf16 and every product and sum rounded,
+// as PyTorch's bf16 `t1 * cos - t2 * sin` computes it.
+__device__ __forceinline__ void rope_pair(bf16 a16, bf16 z16, int i, int half, int pos, bf16* r0,
+                                          bf16* r1) {
+    float inv = 1.f / powf(10000.f, (float)i / (float)half);
+    float ang = (float)pos * inv;
+    float c = ld(st(cosf(ang))), s = ld(st(sinf(ang)));
+    float a = ld(a16), z = ld(z16);
+    *r0 = st(ld(st(a * c)) - ld(st(z * s)));
+    *r1 = st(ld(st(z * c)) + ld(st(a * s)));
 }
 
-// Attention of one head of one batch row (grid: heads × batch; up to 1024 threads, a multiple
-// of 32; dynamic shared memory: attention_smem_floats(max_len, head_dim) floats) over the first
-// `len` cache positions (those written so far), its K/V head h / (heads / kv_heads), scores
-// scaled by `scale`; out is [batch, heads head_dim]. head_dim: even, at most 256. `len` is
-// clamped to the cache; below 1 the row is zero.
-extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const bf16* v_cache,
-                                     bf16* out, int heads, int kv_heads, int head_dim,
-                                     int max_len, float scale, int len) {
-    PDL_START();
+// Attention of one head of one batch row at position `pos` (grid: heads × batch; up to 1024
+// threads, a multiple of 32; dynamic shared memory: attention_smem_floats(max_len, head_dim)
+// floats), the rotary embedding and the cache append fused in: from qkv ([batch, (heads + 2
+// kv_heads) head_dim]: q heads, k heads, v heads, as the product wrote them) it rotates its q
+// head and its K/V head's k to `pos`, attends over the first `len` cache positions (clamped to
+// the cache; below 1 the row is zero) with position `pos` taken from the fresh k and v (the
+// caches' older rows were written by earlier calls), scores scaled by `scale`, and the first
+// block of each K/V head writes k and v into the caches at `pos`; out is [batch, heads
+// head_dim]. Its K/V head is h / (heads / kv_heads). A position outside the cache rotates
+// nothing and writes nothing (as PyTorch's index_copy_ would refuse it). head_dim: even, at
+// most 256. The older rows are prefetched into L2 before PDL's wait: no kernel of this call
+// writes them.
+extern "C" __global__ void __launch_bounds__(1024)
+    attention(const bf16* qkv, bf16* k_cache, bf16* v_cache, bf16* out, int heads, int kv_heads,
+              int head_dim, int max_len, float scale, int pos, int len) {
+    PDL_TRIGGER();
     extern __shared__ float smem[];
     float* scores = smem;               // max_len
     float* part = smem + max_len;       // 32 * head_dim + 2048: per-warp or per-group sums
     __shared__ float q[256];
+    __shared__ __align__(16) bf16 kp[256];  // k and v at `pos` (k rotated)
+    __shared__ __align__(16) bf16 vp[256];
     __shared__ float scratch[32];
     int h = blockIdx.x, b = blockIdx.y;
-    int kh = h / (heads / kv_heads);
+    int group = heads / kv_heads, kh = h / group;
     bf16* o = out + ((size_t)b * heads + h) * head_dim;
     if (len > max_len) len = max_len;
-    if (len < 1 || head_dim > 256) {
+    bool fresh = pos >= 0 && pos < max_len;
+    size_t base = ((size_t)b * kv_heads + kh) * max_len * head_dim;
+    bf16* K = k_cache + base;
+    bf16* V = v_cache + base;
+    if (head_dim <= 256) {
+        for (int t = threadIdx.x; t < len; t += blockDim.x) {
+            if (t == pos) continue;
+            for (int off = 0; off < head_dim * 2; off += 128) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)(K + (size_t)t * head_dim) + off));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)(V + (size_t)t * head_dim) + off));
+            }
+        }
+    }
+    PDL_WAIT();
+    if (head_dim > 256) {
         for (int i = threadIdx.x; i < head_dim; i += blockDim.x) o[i] = 0;
         return;
     }
-    const bf16* qr = qkv + (size_t)b * (heads + 2 * kv_heads) * head_dim + h * head_dim;
-    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) q[i] = ld(qr[i]) * scale;
+    int half = head_dim / 2;
+    const bf16* row = qkv + (size_t)b * (heads + 2 * kv_heads) * head_dim;
+    const bf16* qr = row + h * head_dim;
+    const bf16* kr = row + (heads + kh) * head_dim;
+    const bf16* vr = row + (heads + kv_heads + kh) * head_dim;
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        bf16 q0 = qr[i], q1 = qr[i + half], k0 = kr[i], k1 = kr[i + half];
+        if (fresh) {
+            rope_pair(qr[i], qr[i + half], i, half, pos, &q0, &q1);
+            rope_pair(kr[i], kr[i + half], i, half, pos, &k0, &k1);
+        }
+        q[i] = ld(q0) * scale;
+        q[i + half] = ld(q1) * scale;
+        kp[i] = k0;
+        kp[i + half] = k1;
+    }
+    for (int i = threadIdx.x; i < head_dim; i += blockDim.x) vp[i] = vr[i];
     __syncthreads();
-    size_t base = ((size_t)b * kv_heads + kh) * max_len * head_dim;
-    const bf16* K = k_cache + base;
-    const bf16* V = v_cache + base;
+    if (fresh && h % group == 0) {
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
+            K[(size_t)pos * head_dim + i] = kp[i];
+            V[(size_t)pos * head_dim + i] = vp[i];
+        }
+    }
+    if (len < 1) {
+        for (int i = threadIdx.x; i < head_dim; i += blockDim.x) o[i] = 0;
+        return;
+    }
 
     // Scores, one position a thread.
     float mx = NEG_INF;
     for (int t = threadIdx.x; t < len; t += blockDim.x) {
         float s = 0.f;
+        const bf16* krow = t == pos ? kp : K + (size_t)t * head_dim;
         if ((head_dim & 7) == 0) {
-            const uint4* kr = (const uint4*)(K + (size_t)t * head_dim);
+            const uint4* kr = (const uint4*)krow;
             for (int c = 0; c < head_dim / 8; c++) {
                 uint4 w = kr[c];
                 const float* qc = q + 8 * c;
@@ -187,7 +208,7 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
                      qc[4] * lo(w.z) + qc[5] * hi(w.z) + qc[6] * lo(w.w) + qc[7] * hi(w.w);
             }
         } else {
-            const unsigned* kr = (const unsigned*)(K + (size_t)t * head_dim);
+            const unsigned* kr = (const unsigned*)krow;
             for (int c = 0; c < head_dim / 2; c++) {
                 unsigned w = kr[c];
                 s += q[2 * c] * lo(w) + q[2 * c + 1] * hi(w);
@@ -212,9 +233,9 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
         // warps through shared memory.
         int j = threadIdx.x % lanes, g = threadIdx.x / lanes, groups = blockDim.x / lanes;
         float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        const uint4* vr = (const uint4*)V + j;
+        const uint4* vc = (const uint4*)V + j;
         for (int t = g; t < len; t += groups) {
-            uint4 w = vr[(size_t)t * lanes];
+            uint4 w = t == pos ? ((const uint4*)vp)[j] : vc[(size_t)t * lanes];
             float p = scores[t];
             a[0] += p * lo(w.x); a[1] += p * hi(w.x); a[2] += p * lo(w.y); a[3] += p * hi(w.y);
             a[4] += p * lo(w.z); a[5] += p * hi(w.z); a[6] += p * lo(w.w); a[7] += p * hi(w.w);
@@ -240,9 +261,9 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
     int j = threadIdx.x % pairs, g = threadIdx.x / pairs;
     if (g < groups) {
         float a0 = 0.f, a1 = 0.f;
-        const unsigned* vr = (const unsigned*)V + j;
+        const unsigned* vc = (const unsigned*)V + j;
         for (int t = g; t < len; t += groups) {
-            unsigned w = vr[(size_t)t * pairs];
+            unsigned w = t == pos ? ((const unsigned*)vp)[j] : vc[(size_t)t * pairs];
             a0 += scores[t] * lo(w);
             a1 += scores[t] * hi(w);
         }
@@ -275,51 +296,53 @@ extern "C" __global__ void attention(const bf16* qkv, const bf16* k_cache, const
 #define GEMV_BLOCKS_PER_SM 2
 
 struct GemvWarp {
-    const uint4* W;
-    int M, words, per_lane, first, stride, lane;
-    long long steps;
+    const uint4* next;  // the load cursor: this lane's chunk `part` of its current row
+    int M, words, per_lane, first, stride, lane, part, steps, issued;
 
     __device__ __forceinline__ GemvWarp(const bf16* w, int m, int k) {
-        W = (const uint4*)w;
         M = m;
         words = k / 8;
         per_lane = (words + 31) / 32;
         lane = threadIdx.x & 31;
         first = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
         stride = gridDim.x * (blockDim.x >> 5);
-        long long rows = first < M ? (M - first + stride - 1) / stride : 0;
+        int rows = first < M ? (M - first + stride - 1) / stride : 0;
         steps = rows * per_lane;
+        next = (const uint4*)w + (size_t)(first < M ? first : 0) * words + lane;
+        part = 0;
+        issued = 0;
     }
 
-    // Step t's chunk of this lane (zero past the row's end).
-    __device__ __forceinline__ uint4 load(long long t) const {
-        long long r = t / per_lane;
-        int c = lane + 32 * (int)(t - r * per_lane);
-        if (c >= words) return make_uint4(0u, 0u, 0u, 0u);
-        return __ldg(W + (size_t)(first + r * stride) * words + c);
+    // The next chunk of the stream (zero past a row's end), the cursor moved on.
+    __device__ __forceinline__ uint4 load() {
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (lane + 32 * part < words) v = __ldg(next + 32 * part);
+        if (++part == per_lane) {
+            part = 0;
+            next += (size_t)stride * words;
+        }
+        issued++;
+        return v;
     }
 
-    __device__ __forceinline__ void prefetch(uint4 (&pre)[GEMV_PRE]) const {
+    __device__ __forceinline__ void prefetch(uint4 (&pre)[GEMV_PRE]) {
 #pragma unroll
-        for (int j = 0; j < GEMV_PRE; j++)
-            pre[j] = j < steps ? load(j) : make_uint4(0u, 0u, 0u, 0u);
+        for (int j = 0; j < GEMV_PRE; j++) pre[j] = issued < steps ? load() : make_uint4(0u, 0u, 0u, 0u);
     }
 
     // The products over the staged rows (published by the staging's barrier), from the chunks
     // `pre` holds on.
-    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32,
-                                        int rows) const {
+    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32, int rows) {
         extern __shared__ uint4 xs[];
         float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        for (long long t0 = 0; t0 < steps; t0 += GEMV_PRE) {
+        int cpart = 0, m = first;  // the consume cursor
+        for (int t0 = 0; t0 < steps; t0 += GEMV_PRE) {
 #pragma unroll
             for (int j = 0; j < GEMV_PRE; j++) {
-                long long t = t0 + j;
-                if (t >= steps) break;
+                if (t0 + j >= steps) break;
                 uint4 w = pre[j];
-                if (t + GEMV_PRE < steps) pre[j] = load(t + GEMV_PRE);
-                long long r = t / per_lane;
-                int part = (int)(t - r * per_lane), c = lane + 32 * part;
+                if (issued < steps) pre[j] = load();
+                int c = lane + 32 * cpart;
                 if (c < words) {
                     float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
                     float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
@@ -332,9 +355,8 @@ struct GemvWarp {
                         }
                     }
                 }
-                if (part == per_lane - 1) {
+                if (++cpart == per_lane) {
                     // The row's last chunk (warp-uniform): its sums, then the next row from 0.
-                    size_t m = (size_t)first + (size_t)r * stride;
 #pragma unroll
                     for (int b = 0; b < 8; b++) {
                         if (b < rows) {
@@ -347,6 +369,8 @@ struct GemvWarp {
                             acc[b] = 0.f;
                         }
                     }
+                    cpart = 0;
+                    m += stride;
                 }
             }
         }
