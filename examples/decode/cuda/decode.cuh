@@ -74,6 +74,84 @@ __device__ void norm_row(const bf16* x, const bf16* w, bf16* y, int d, float eps
     for (int i = threadIdx.x; i < d; i += blockDim.x) y[i] = st(ld(x[i]) * inv * ld(w[i]));
 }
 
+// Eight bf16 in 16 bytes, unpacked to f32 and packed back rounded.
+__device__ __forceinline__ void unpack8(uint4 u, float (&f)[8]) {
+    f[0] = lo(u.x); f[1] = hi(u.x); f[2] = lo(u.y); f[3] = hi(u.y);
+    f[4] = lo(u.z); f[5] = hi(u.z); f[6] = lo(u.w); f[7] = hi(u.w);
+}
+__device__ __forceinline__ unsigned pack2(float a, float b) {
+    return (unsigned)st(a) | ((unsigned)st(b) << 16);
+}
+__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
+    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+}
+
+// For chunks c = threadIdx.x + k blockDim.x < n of the block: `use(c, load(c))`, the loads of G
+// chunks issued before any is used (a GPU thread stalls at the first use of a load: a plain loop
+// would pay a trip to memory for each chunk).
+template <int G, class Load, class Use>
+__device__ __forceinline__ void grouped(int n, Load load, Use use) {
+    for (int base = threadIdx.x; base < n; base += G * blockDim.x) {
+        decltype(load(0)) v[G];
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            int c = base + g * blockDim.x;
+            if (c < n) v[g] = load(c);
+        }
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            int c = base + g * blockDim.x;
+            if (c < n) use(c, v[g]);
+        }
+    }
+}
+
+struct Chunk2 {
+    uint4 a, b;
+};
+
+// Whether rows of d bf16 at p can be read 16 bytes at a time.
+__device__ __forceinline__ bool by16(const void* p, int d) {
+    return (d & 7) == 0 && ((size_t)p & 15) == 0;
+}
+
+// One row of d (a multiple of 8, 16-byte aligned): xr = src (+ delta, rounded, when delta is
+// not null), then yr = RMSNorm(xr) * w rounded once, every load of a phase issued together; xr
+// may be src (then each thread reads back only what it wrote).
+__device__ void norm_row16(const bf16* src, const bf16* delta, const bf16* w, bf16* xr, bf16* yr,
+                           int d, float eps, float* scratch) {
+    const uint4* s4 = (const uint4*)src;
+    const uint4* d4 = (const uint4*)delta;
+    const uint4* w4 = (const uint4*)w;
+    uint4* x4 = (uint4*)xr;
+    uint4* y4 = (uint4*)yr;
+    int n = d / 8;
+    float ss = 0.f;
+    grouped<4>(
+        n, [&](int c) { return Chunk2{s4[c], delta ? d4[c] : make_uint4(0u, 0u, 0u, 0u)}; },
+        [&](int c, Chunk2 v) {
+            float f[8], g[8];
+            unpack8(v.a, f);
+            if (delta) {
+                unpack8(v.b, g);
+                for (int e = 0; e < 8; e++) f[e] = ld(st(f[e] + g[e]));
+            }
+            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
+            x4[c] = delta ? pack8(f) : v.a;
+        });
+    ss = block_reduce(ss, false, scratch);
+    float inv = rsqrtf(ss / (float)d + eps);
+    grouped<4>(
+        n, [&](int c) { return Chunk2{x4[c], w4[c]}; },
+        [&](int c, Chunk2 v) {
+            float f[8], g[8];
+            unpack8(v.a, f);
+            unpack8(v.b, g);
+            for (int e = 0; e < 8; e++) f[e] = f[e] * inv * g[e];
+            y4[c] = pack8(f);
+        });
+}
+
 // One block per batch row: x = embedding[token] (the residual stream), y = RMSNorm(x) * w.
 // A token outside the vocabulary makes the row NaN (it shows in the logits), reading nothing.
 extern "C" __global__ void embed_norm(const int* tokens, const bf16* embedding, const bf16* w,
@@ -89,6 +167,10 @@ extern "C" __global__ void embed_norm(const int* tokens, const bf16* embedding, 
         return;
     }
     const bf16* e = embedding + (size_t)tok * d;
+    if (by16(embedding, d) && by16(x, d) && by16(y, d) && by16(w, d)) {
+        norm_row16(e, 0, w, xr, yr, d, eps, scratch);
+        return;
+    }
     for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = e[i];
     norm_row(e, w, yr, d, eps, scratch);
 }
@@ -103,6 +185,10 @@ extern "C" __global__ void add_norm(bf16* x, const bf16* delta, const bf16* w, b
     size_t row = (size_t)blockIdx.x * d;
     bf16* xr = x + row;
     const bf16* dr = delta + row;
+    if (by16(x, d) && by16(delta, d) && by16(y, d) && by16(w, d)) {
+        norm_row16(xr, dr, w, xr, y + row, d, eps, scratch);
+        return;
+    }
     for (int i = threadIdx.x; i < d; i += blockDim.x) xr[i] = st(ld(xr[i]) + ld(dr[i]));
     norm_row(xr, w, y + row, d, eps, scratch);
 }
@@ -110,14 +196,15 @@ extern "C" __global__ void add_norm(bf16* x, const bf16* delta, const bf16* w, b
 // The rotary embedding of one pair (i, i + half) of a head at position `pos` (halves rotated,
 // base 10000): the angle in f32, cos and sin rounded to bf16 and every product and sum rounded,
 // as PyTorch's bf16 `t1 * cos - t2 * sin` computes it.
-__device__ __forceinline__ void rope_pair(bf16 a16, bf16 z16, int i, int half, int pos, bf16* r0,
-                                          bf16* r1) {
+struct Pair16 {
+    bf16 r0, r1;
+};
+__device__ __forceinline__ Pair16 rope_pair(bf16 a16, bf16 z16, int i, int half, int pos) {
     float inv = 1.f / powf(10000.f, (float)i / (float)half);
     float ang = (float)pos * inv;
     float c = ld(st(cosf(ang))), s = ld(st(sinf(ang)));
     float a = ld(a16), z = ld(z16);
-    *r0 = st(ld(st(a * c)) - ld(st(z * s)));
-    *r1 = st(ld(st(z * c)) + ld(st(a * s)));
+    return Pair16{st(ld(st(a * c)) - ld(st(z * s))), st(ld(st(z * c)) + ld(st(a * s)))};
 }
 
 // Attention of one head of one batch row at position `pos` (grid: heads × batch; up to 1024
@@ -173,8 +260,8 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         bf16 q0 = qr[i], q1 = qr[i + half], k0 = kr[i], k1 = kr[i + half];
         if (fresh) {
-            rope_pair(qr[i], qr[i + half], i, half, pos, &q0, &q1);
-            rope_pair(kr[i], kr[i + half], i, half, pos, &k0, &k1);
+            Pair16 rq = rope_pair(q0, q1, i, half, pos), rk = rope_pair(k0, k1, i, half, pos);
+            q0 = rq.r0, q1 = rq.r1, k0 = rk.r0, k1 = rk.r1;
         }
         q[i] = ld(q0) * scale;
         q[i + half] = ld(q1) * scale;
@@ -377,11 +464,14 @@ struct GemvWarp {
     }
 };
 
+// The stagings below read 16 bytes at a time, the loads of four chunks a thread issued together
+// (`grouped`): rows of K (a multiple of 8) bf16, 16-byte aligned.
+
 // Stages x [rows, K] as given.
 __device__ __forceinline__ void stage_plain(const bf16* x, int K, int rows) {
     extern __shared__ uint4 xs[];
     const uint4* xg = (const uint4*)x;
-    for (int i = threadIdx.x; i < rows * (K / 8); i += blockDim.x) xs[i] = xg[i];
+    grouped<4>(rows * (K / 8), [&](int c) { return xg[c]; }, [&](int c, uint4 v) { xs[c] = v; });
     __syncthreads();
 }
 
@@ -392,38 +482,69 @@ __device__ void stage_norm(const bf16* x_in, const bf16* delta, bf16* x_out, con
                            int K, int rows, float eps) {
     extern __shared__ uint4 xs[];
     __shared__ float inv[8];
-    bf16* s = (bf16*)xs;
-    for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
-        bf16 v = delta ? st(ld(x_in[i]) + ld(delta[i])) : x_in[i];
-        s[i] = v;
-        if (blockIdx.x == 0) x_out[i] = v;
-    }
+    const uint4* xi = (const uint4*)x_in;
+    const uint4* dl = (const uint4*)delta;
+    const uint4* w4 = (const uint4*)w;
+    uint4* xo = (uint4*)x_out;
+    int words = K / 8, n = rows * words;
+    grouped<4>(
+        n, [&](int c) { return Chunk2{xi[c], delta ? dl[c] : make_uint4(0u, 0u, 0u, 0u)}; },
+        [&](int c, Chunk2 v) {
+            uint4 u = v.a;
+            if (delta) {
+                float f[8], g[8];
+                unpack8(v.a, f);
+                unpack8(v.b, g);
+                for (int e = 0; e < 8; e++) f[e] += g[e];
+                u = pack8(f);
+            }
+            xs[c] = u;
+            if (blockIdx.x == 0) xo[c] = u;
+        });
     __syncthreads();
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (warp < rows) {
         float ss = 0.f;
-        for (int i = lane; i < K; i += 32) {
-            float v = ld(s[warp * K + i]);
-            ss += v * v;
+        for (int i = lane; i < words; i += 32) {
+            float f[8];
+            unpack8(xs[warp * words + i], f);
+            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
         }
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if (lane == 0) inv[warp] = rsqrtf(ss / (float)K + eps);
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < rows * K; i += blockDim.x)
-        s[i] = st(ld(s[i]) * inv[i / K] * ld(w[i % K]));
+    grouped<4>(
+        n, [&](int c) { return w4[c % words]; },
+        [&](int c, uint4 wv) {
+            float f[8], g[8];
+            unpack8(xs[c], f);
+            unpack8(wv, g);
+            float r = inv[c / words];
+            for (int e = 0; e < 8; e++) f[e] = f[e] * r * g[e];
+            xs[c] = pack8(f);
+        });
     __syncthreads();
 }
 
 // Stages SiLU(gate) * up from gate_up [rows, 2 K] (gate first), rounded as silu_mul rounds.
 __device__ void stage_silu(const bf16* gate_up, int K, int rows) {
     extern __shared__ uint4 xs[];
-    bf16* s = (bf16*)xs;
-    for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
-        int r = i / K, k = i % K;
-        float g = ld(gate_up[(size_t)r * 2 * K + k]), u = ld(gate_up[(size_t)r * 2 * K + K + k]);
-        s[i] = st(ld(st(g / (1.f + expf(-g)))) * u);
-    }
+    const uint4* gu = (const uint4*)gate_up;
+    int words = K / 8;
+    grouped<4>(
+        rows * words,
+        [&](int c) {
+            int r = c / words, k = c - r * words;
+            return Chunk2{gu[(size_t)r * 2 * words + k], gu[(size_t)r * 2 * words + words + k]};
+        },
+        [&](int c, Chunk2 v) {
+            float g[8], u[8];
+            unpack8(v.a, g);
+            unpack8(v.b, u);
+            for (int e = 0; e < 8; e++) g[e] = ld(st(ld(st(g[e] / (1.f + expf(-g[e]))))) * u[e]);
+            xs[c] = pack8(g);
+        });
     __syncthreads();
 }
 
