@@ -466,8 +466,10 @@ struct GemvWarp {
 
 // The stagings below but stage_silu read 16 bytes at a time, the loads of four chunks a thread
 // issued together (`grouped`): rows of K (a multiple of 8) bf16, 16-byte aligned. (A 16-byte
-// stage_silu written the same way gave wrong products in the GPU test, cause not found: it
-// stays element by element.)
+// stage_silu written the same way gave wrong products in the GPU test: it rounded twice,
+// `st(ld(st(silu))) * up`, multiplying bf16's raw bits — an unsigned short, which converts to
+// float silently — instead of their value; found afterwards by running it on the CPU. It stays
+// element by element until the corrected one has run on a GPU.)
 
 // Stages x [rows, K] as given.
 __device__ __forceinline__ void stage_plain(const bf16* x, int K, int rows) {
