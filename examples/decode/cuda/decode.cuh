@@ -287,12 +287,23 @@ extern "C" __global__ void __launch_bounds__(1024)
         float s = 0.f;
         const bf16* krow = t == pos ? kp : K + (size_t)t * head_dim;
         if ((head_dim & 7) == 0) {
+            // The row's chunks four at a time, loaded before any is used (a thread stalls at
+            // the first use of a load: one trip to memory for four chunks, not one each).
             const uint4* kr = (const uint4*)krow;
-            for (int c = 0; c < head_dim / 8; c++) {
-                uint4 w = kr[c];
-                const float* qc = q + 8 * c;
-                s += qc[0] * lo(w.x) + qc[1] * hi(w.x) + qc[2] * lo(w.y) + qc[3] * hi(w.y) +
-                     qc[4] * lo(w.z) + qc[5] * hi(w.z) + qc[6] * lo(w.w) + qc[7] * hi(w.w);
+            int chunks = head_dim / 8;
+            for (int c0 = 0; c0 < chunks; c0 += 4) {
+                uint4 w[4];
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (c0 + u < chunks) w[u] = kr[c0 + u];
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    if (c0 + u >= chunks) break;
+                    const float* qc = q + 8 * (c0 + u);
+                    s += qc[0] * lo(w[u].x) + qc[1] * hi(w[u].x) + qc[2] * lo(w[u].y) +
+                         qc[3] * hi(w[u].y) + qc[4] * lo(w[u].z) + qc[5] * hi(w[u].z) +
+                         qc[6] * lo(w[u].w) + qc[7] * hi(w[u].w);
+                }
             }
         } else {
             const unsigned* kr = (const unsigned*)krow;
@@ -321,11 +332,23 @@ extern "C" __global__ void __launch_bounds__(1024)
         int j = threadIdx.x % lanes, g = threadIdx.x / lanes, groups = blockDim.x / lanes;
         float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
         const uint4* vc = (const uint4*)V + j;
-        for (int t = g; t < len; t += groups) {
-            uint4 w = t == pos ? ((const uint4*)vp)[j] : vc[(size_t)t * lanes];
-            float p = scores[t];
-            a[0] += p * lo(w.x); a[1] += p * hi(w.x); a[2] += p * lo(w.y); a[3] += p * hi(w.y);
-            a[4] += p * lo(w.z); a[5] += p * hi(w.z); a[6] += p * lo(w.w); a[7] += p * hi(w.w);
+        // Four positions' chunks loaded before any is used (as the scores above).
+        for (int t0 = g; t0 < len; t0 += 4 * groups) {
+            uint4 w[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int t = t0 + u * groups;
+                if (t < len) w[u] = t == pos ? ((const uint4*)vp)[j] : vc[(size_t)t * lanes];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                int t = t0 + u * groups;
+                if (t >= len) break;
+                float p = scores[t];
+                a[0] += p * lo(w[u].x); a[1] += p * hi(w[u].x); a[2] += p * lo(w[u].y);
+                a[3] += p * hi(w[u].y); a[4] += p * lo(w[u].z); a[5] += p * hi(w[u].z);
+                a[6] += p * lo(w[u].w); a[7] += p * hi(w[u].w);
+            }
         }
         for (int off = lanes; off < 32; off <<= 1)
             for (int e = 0; e < 8; e++) a[e] += __shfl_xor_sync(0xffffffffu, a[e], off);
