@@ -487,12 +487,8 @@ struct GemvWarp {
     }
 };
 
-// The stagings below but stage_silu read 16 bytes at a time, the loads of four chunks a thread
-// issued together (`grouped`): rows of K (a multiple of 8) bf16, 16-byte aligned. (A 16-byte
-// stage_silu written the same way gave wrong products in the GPU test: it rounded twice,
-// `st(ld(st(silu))) * up`, multiplying bf16's raw bits — an unsigned short, which converts to
-// float silently — instead of their value; found afterwards by running it on the CPU. It stays
-// element by element until the corrected one has run on a GPU.)
+// The stagings below read 16 bytes at a time, the loads of four chunks a thread issued together
+// (`grouped`): rows of K (a multiple of 8) bf16, 16-byte aligned.
 
 // Stages x [rows, K] as given.
 __device__ __forceinline__ void stage_plain(const bf16* x, int K, int rows) {
@@ -557,12 +553,21 @@ __device__ void stage_norm(const bf16* x_in, const bf16* delta, bf16* x_out, con
 // Stages SiLU(gate) * up from gate_up [rows, 2 K] (gate first), rounded as silu_mul rounds.
 __device__ void stage_silu(const bf16* gate_up, int K, int rows) {
     extern __shared__ uint4 xs[];
-    bf16* s = (bf16*)xs;
-    for (int i = threadIdx.x; i < rows * K; i += blockDim.x) {
-        int r = i / K, k = i % K;
-        float g = ld(gate_up[(size_t)r * 2 * K + k]), u = ld(gate_up[(size_t)r * 2 * K + K + k]);
-        s[i] = st(ld(st(g / (1.f + expf(-g)))) * u);
-    }
+    const uint4* gu = (const uint4*)gate_up;
+    int words = K / 8;
+    grouped<4>(
+        rows * words,
+        [&](int c) {
+            int r = c / words, k = c - r * words;
+            return Chunk2{gu[(size_t)r * 2 * words + k], gu[(size_t)r * 2 * words + words + k]};
+        },
+        [&](int c, Chunk2 v) {
+            float g[8], u[8];
+            unpack8(v.a, g);
+            unpack8(v.b, u);
+            for (int e = 0; e < 8; e++) g[e] = ld(st(g[e] / (1.f + expf(-g[e])))) * u[e];
+            xs[c] = pack8(g);
+        });
     __syncthreads();
 }
 
