@@ -127,6 +127,48 @@ __device__ void norm_row16(const bf16* src, const bf16* delta, const bf16* w, bf
     uint4* y4 = (uint4*)yr;
     int n = d / 8;
     float ss = 0.f;
+    if (n <= 2 * (int)blockDim.x) {
+        // Up to two chunks a thread (d ≤ 4096 at 256 threads): the row, delta and the weights
+        // loaded at once and kept in registers — one trip to memory, not one to read the row and
+        // another to read back the sum written.
+        uint4 xv[2], dv[2], wv[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int c = threadIdx.x + u * blockDim.x;
+            if (c < n) {
+                xv[u] = s4[c];
+                dv[u] = delta ? d4[c] : make_uint4(0u, 0u, 0u, 0u);
+                wv[u] = w4[c];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int c = threadIdx.x + u * blockDim.x;
+            if (c >= n) break;
+            float f[8], g[8];
+            unpack8(xv[u], f);
+            if (delta) {
+                unpack8(dv[u], g);
+                for (int e = 0; e < 8; e++) f[e] = ld(st(f[e] + g[e]));
+                xv[u] = pack8(f);
+            }
+            for (int e = 0; e < 8; e++) ss += f[e] * f[e];
+            x4[c] = xv[u];
+        }
+        ss = block_reduce(ss, false, scratch);
+        float inv = rsqrtf(ss / (float)d + eps);
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            int c = threadIdx.x + u * blockDim.x;
+            if (c >= n) break;
+            float f[8], g[8];
+            unpack8(xv[u], f);
+            unpack8(wv[u], g);
+            for (int e = 0; e < 8; e++) f[e] = f[e] * inv * g[e];
+            y4[c] = pack8(f);
+        }
+        return;
+    }
     grouped<4>(
         n, [&](int c) { return Chunk2{s4[c], delta ? d4[c] : make_uint4(0u, 0u, 0u, 0u)}; },
         [&](int c, Chunk2 v) {

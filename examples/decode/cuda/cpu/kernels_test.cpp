@@ -227,7 +227,8 @@ static void test_attention(int heads, int kv_heads, int hd, int max_len, int pos
 int main() {
     test_norms(256, 3);   // 16-byte rows
     test_norms(260, 2);   // element by element (260 % 8 != 0)
-    test_norms(4096, 1);  // two chunks a thread
+    test_norms(4096, 1);  // two chunks a thread, in registers
+    test_norms(8192, 1);  // four chunks a thread: the grouped path
     test_argmax(500, 3);  // four logits a load
     test_argmax(333, 2);  // one a load
     test_argmax(32000, 1);
