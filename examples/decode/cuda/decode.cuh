@@ -482,11 +482,16 @@ struct GemvWarp {
         for (int j = 0; j < GEMV_PRE; j++) pre[j] = issued < steps ? load() : make_uint4(0u, 0u, 0u, 0u);
     }
 
-    // The products over the staged rows (published by the staging's barrier), from the chunks
-    // `pre` holds on.
-    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32, int rows) {
+    // The products over the ROWS staged rows (published by the staging's barrier), from the
+    // chunks `pre` holds on. ROWS is a template parameter: the loop is unrolled over the ring and
+    // the rows, and with the rows a run-time count it held every row's branch eight times over
+    // (about 8000 instructions, more than the instruction cache keeps for the hot loop).
+    template <int ROWS>
+    __device__ __forceinline__ void run_rows(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32) {
         extern __shared__ uint4 xs[];
-        float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        float acc[ROWS];
+#pragma unroll
+        for (int b = 0; b < ROWS; b++) acc[b] = 0.f;
         int cpart = 0, m = first;  // the consume cursor
         for (int t0 = 0; t0 < steps; t0 += GEMV_PRE) {
 #pragma unroll
@@ -499,32 +504,43 @@ struct GemvWarp {
                     float f0 = lo(w.x), f1 = hi(w.x), f2 = lo(w.y), f3 = hi(w.y);
                     float f4 = lo(w.z), f5 = hi(w.z), f6 = lo(w.w), f7 = hi(w.w);
 #pragma unroll
-                    for (int b = 0; b < 8; b++) {
-                        if (b < rows) {
-                            uint4 v = xs[b * words + c];
-                            acc[b] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
-                                      f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
-                        }
+                    for (int b = 0; b < ROWS; b++) {
+                        uint4 v = xs[b * words + c];
+                        acc[b] += f0 * lo(v.x) + f1 * hi(v.x) + f2 * lo(v.y) + f3 * hi(v.y) +
+                                  f4 * lo(v.z) + f5 * hi(v.z) + f6 * lo(v.w) + f7 * hi(v.w);
                     }
                 }
                 if (++cpart == per_lane) {
                     // The row's last chunk (warp-uniform): its sums, then the next row from 0.
 #pragma unroll
-                    for (int b = 0; b < 8; b++) {
-                        if (b < rows) {
-                            float v = acc[b];
-                            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                            if (lane == 0) {
-                                if (y32) y32[(size_t)b * M + m] = v;
-                                else y16[(size_t)b * M + m] = st(v);
-                            }
-                            acc[b] = 0.f;
+                    for (int b = 0; b < ROWS; b++) {
+                        float v = acc[b];
+                        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                        if (lane == 0) {
+                            if (y32) y32[(size_t)b * M + m] = v;
+                            else y16[(size_t)b * M + m] = st(v);
                         }
+                        acc[b] = 0.f;
                     }
                     cpart = 0;
                     m += stride;
                 }
             }
+        }
+    }
+
+    // run_rows for 1 to 8 rows.
+    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32, int rows) {
+        switch (rows) {
+            case 1: run_rows<1>(pre, y16, y32); break;
+            case 2: run_rows<2>(pre, y16, y32); break;
+            case 3: run_rows<3>(pre, y16, y32); break;
+            case 4: run_rows<4>(pre, y16, y32); break;
+            case 5: run_rows<5>(pre, y16, y32); break;
+            case 6: run_rows<6>(pre, y16, y32); break;
+            case 7: run_rows<7>(pre, y16, y32); break;
+            case 8: run_rows<8>(pre, y16, y32); break;
+            default: break;
         }
     }
 };
