@@ -240,6 +240,10 @@ pub struct Batch {
     pub(crate) act: DeviceBuffer<bf16>,
     pub(crate) k: Vec<DeviceBuffer<bf16>>,
     pub(crate) v: Vec<DeviceBuffer<bf16>>,
+    /// Argmax's per-row best key and count of blocks done (zero between launches: its last
+    /// block of a row resets them).
+    pub(crate) argmax_best: DeviceBuffer<u64>,
+    pub(crate) argmax_done: DeviceBuffer<u32>,
 }
 
 impl Batch {
@@ -263,6 +267,8 @@ impl Batch {
             v: (0..c.layers)
                 .map(|_| z(cache))
                 .collect::<graph_rt::Result<_>>()?,
+            argmax_best: DeviceBuffer::zeroed(ctx, rows)?,
+            argmax_done: DeviceBuffer::zeroed(ctx, rows)?,
         })
     }
 }
@@ -311,6 +317,11 @@ pub fn token(pos: usize, row: usize, vocab: usize) -> i32 {
 /// of its weighted values (decode.cu).
 pub fn attention_smem(c: &DecodeConfig) -> usize {
     4 * (c.max_len + 32 * c.head_dim() + 2048)
+}
+
+/// Argmax's blocks a row: a share of about 4096 logits each, 1 to 32.
+pub(crate) fn argmax_blocks(vocab: usize) -> u32 {
+    vocab.div_ceil(4096).clamp(1, 32) as u32
 }
 
 /// Blocks of the matrix-vector kernels an SM holds at once (decode.cuh's `GEMV_BLOCKS_PER_SM`,

@@ -7,7 +7,9 @@ use graph_rt::step::StepScope;
 use graph_rt::{DeviceBuffer, LaunchConfig};
 use graph_rt_dev::decode::reference::EPS;
 
-use crate::model::{attention_smem, gemv_config, gemv_fits, Batch, Gemms, Model, Params, Variant};
+use crate::model::{
+    argmax_blocks, attention_smem, gemv_config, gemv_fits, Batch, Gemms, Model, Params, Variant,
+};
 
 impl Model {
     /// One decode step of batch `a` through the step's scope: embedding and norm; per layer the
@@ -188,10 +190,12 @@ impl Model {
         }
         // SAFETY: as above.
         unsafe {
+            let grid = (argmax_blocks(c.vocab), b as u32);
+            let (best, done) = (&a.argmax_best, &a.argmax_done);
             s.launch_table(
                 &k.argmax,
-                &k.cfg(LaunchConfig::new(b as u32, 1024u32)),
-                (p.logits.slot(), p.next.slot(), i(c.vocab)),
+                &k.cfg(LaunchConfig::new(grid, 1024u32)),
+                (p.logits.slot(), p.next.slot(), i(c.vocab), best, done),
             )
         }
     }

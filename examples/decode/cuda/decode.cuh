@@ -698,21 +698,40 @@ __device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
     return v > bv || (v == bv && i < bi);
 }
 
-// One block per batch row (1024 threads): out[b] = the token PyTorch's bf16 model picks from
-// these f32 logits: the index of the largest logit rounded to bf16, the first of equal ones
-// (NaN counted largest), as torch.argmax over bf16 logits.
-extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
+// The order argmax picks by, as one 64-bit key (larger wins): the logit rounded to bf16 (NaN
+// above everything, -0 as +0), then the lower index.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+    unsigned bits = __float_as_uint(v);
+    unsigned ord;
+    if (v != v) ord = 0xffffffffu;
+    else if (v == 0.f) ord = 0x80000000u;
+    else ord = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (unsigned long long)(0xffffffffu - (unsigned)i);
+}
+
+// out[b] = the token PyTorch's bf16 model picks from these f32 logits: the index of the largest
+// logit rounded to bf16, the first of equal ones (NaN counted largest), as torch.argmax over
+// bf16 logits. Grid (blocks, batch), 1024 threads: block x takes the x-th share of the row (a
+// multiple of 4 logits), folds its best into best[b] (atomicMax of argmax_key) and counts itself
+// in done[b]; the last block of the row writes out[b] and resets both for the next launch (both
+// zero at first: a launch stopped half-way leaves them dirty).
+extern "C" __global__ void argmax(const float* logits, int* out, int vocab,
+                                  unsigned long long* best, unsigned* done) {
     PDL_START();
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float* row = logits + (size_t)blockIdx.x * vocab;
+    int b = blockIdx.y;
+    const float* row = logits + (size_t)b * vocab;
+    int share = (vocab + gridDim.x - 1) / gridDim.x;
+    share = (share + 3) & ~3;
+    int lo_i = blockIdx.x * share, hi_i = min(vocab, lo_i + share);
     float bv = NEG_INF;
     int bi = 0x7fffffff;
     if ((vocab & 3) == 0 && ((size_t)logits & 15) == 0) {
-        // Four logits a load, eight loads issued before any is compared: one trip to memory
-        // for a vocabulary of up to 32 K at 1024 threads (every row 16-byte aligned).
-        const float4* row4 = (const float4*)row;
-        int n4 = vocab / 4;
+        // Four logits a load, eight loads issued before any is compared (the share starts at a
+        // multiple of 4: every row and share 16-byte aligned).
+        const float4* row4 = (const float4*)(row + lo_i);
+        int n4 = hi_i > lo_i ? (hi_i - lo_i) / 4 : 0;
         for (int base = threadIdx.x; base < n4; base += 8 * blockDim.x) {
             float4 v4[8];
 #pragma unroll
@@ -722,8 +741,8 @@ extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
-                int i = 4 * (base + u * blockDim.x);
-                if (i >= vocab) break;
+                int i = lo_i + 4 * (base + u * blockDim.x);
+                if (i >= hi_i) break;
                 float e[4] = {v4[u].x, v4[u].y, v4[u].z, v4[u].w};
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
@@ -733,7 +752,7 @@ extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
             }
         }
     } else {
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        for (int i = lo_i + threadIdx.x; i < hi_i; i += blockDim.x) {
             float v = ld(st(row[i]));
             if (beats(v, i, bv, bi)) bv = v, bi = i;
         }
@@ -746,16 +765,20 @@ extern "C" __global__ void argmax(const float* logits, int* out, int vocab) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     if (lane == 0) sv[warp] = bv, si[warp] = bi;
     __syncthreads();
-    if (warp == 0) {
+    if (threadIdx.x == 0) {
         int warps = blockDim.x >> 5;
-        bv = lane < warps ? sv[lane] : NEG_INF;
-        bi = lane < warps ? si[lane] : 0x7fffffff;
-        for (int o = 16; o > 0; o >>= 1) {
-            float v = __shfl_xor_sync(0xffffffffu, bv, o);
-            int i = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (beats(v, i, bv, bi)) bv = v, bi = i;
+        for (int w = 1; w < warps; w++)
+            if (beats(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
+        if (bi != 0x7fffffff) atomicMax(best + b, argmax_key(bv, bi));
+        __threadfence();
+        if (atomicAdd(done + b, 1u) == gridDim.x - 1) {
+            // The last block of the row: every other block's fold happened before its count.
+            __threadfence();
+            unsigned long long k = atomicAdd(best + b, 0ull);
+            out[b] = k == 0 ? 0 : (int)(0xffffffffu - (unsigned)(k & 0xffffffffu));
+            best[b] = 0;
+            done[b] = 0;
         }
-        if (lane == 0) out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
     }
 }
 

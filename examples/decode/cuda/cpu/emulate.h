@@ -6,6 +6,7 @@
 // The driver rewrites `extern __shared__ T name[];` into a pointer to emu::dynamic and
 // `asm volatile(` into EMU_ASM( (PDL's and the prefetch's PTX: nothing to do on the CPU).
 #pragma once
+#include <atomic>
 #include <barrier>
 #include <bit>
 #include <cmath>
@@ -46,6 +47,17 @@ inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
 inline float rsqrtf(float x) { return 1.f / std::sqrt(x); }
 template <class T>
 inline T __ldg(const T* p) { return *p; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <class T>
+inline T atomicAdd(T* p, T v) { return std::atomic_ref<T>(*p).fetch_add(v); }
+inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v) {
+    std::atomic_ref<unsigned long long> a(*p);
+    unsigned long long old = a.load();
+    while (old < v && !a.compare_exchange_weak(old, v)) {
+    }
+    return old;
+}
 
 namespace emu {
 struct Warp {

@@ -82,16 +82,25 @@ static void test_argmax(int vocab, int rows) {
     logits[7] = logits[vocab - 3] = 50.f;
     if (rows > 1) logits[vocab + 5] = NAN;
     std::vector<int> out(rows, -1);
-    emu::launch({(unsigned)rows}, 1024, 0, [&] { argmax(logits.data(), out.data(), vocab); });
-    for (int r = 0; r < rows; r++) {
-        int best = 0;
-        for (int i = 1; i < vocab; i++) {
-            float v = ld(st(logits[r * vocab + i])), b = ld(st(logits[r * vocab + best]));
-            if (std::isnan(b)) break;
-            if (std::isnan(v) || v > b) best = i;
+    std::vector<unsigned long long> best(rows, 0);
+    std::vector<unsigned> done(rows, 0);
+    // With one block and with several a row: the last block of a row resets the two counts.
+    for (unsigned blocks : {1u, 7u}) {
+        std::fill(out.begin(), out.end(), -1);
+        emu::launch({blocks, (unsigned)rows}, 1024, 0,
+                    [&] { argmax(logits.data(), out.data(), vocab, best.data(), done.data()); });
+        for (int r = 0; r < rows; r++) {
+            check(best[r] == 0 && done[r] == 0, "argmax resets its counts");
+            int want = 0;
+            for (int i = 1; i < vocab; i++) {
+                float v = ld(st(logits[r * vocab + i])), w = ld(st(logits[r * vocab + want]));
+                if (std::isnan(w)) break;
+                if (std::isnan(v) || v > w) want = i;
+            }
+            check(out[r] == want, "argmax vocab=" + std::to_string(vocab) + " blocks=" + std::to_string(blocks) +
+                                      " row " + std::to_string(r) + ": " + std::to_string(out[r]) + " vs " +
+                                      std::to_string(want));
         }
-        check(out[r] == best, "argmax vocab=" + std::to_string(vocab) + " row " + std::to_string(r) + ": " +
-                                  std::to_string(out[r]) + " vs " + std::to_string(best));
     }
 }
 
