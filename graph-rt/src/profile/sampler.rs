@@ -24,6 +24,9 @@ pub(super) struct Sampler {
     open: Option<(Event, Event)>,
     window: VecDeque<f64>,
     baseline: Option<f64>,
+    // `over(window, baseline, drift)`, updated where either changes: the call path reads a bool
+    // (a median there allocated and sorted on every call once the window was full).
+    drifted: bool,
 }
 
 impl Sampler {
@@ -37,6 +40,7 @@ impl Sampler {
             open: None,
             window: VecDeque::new(),
             baseline: None,
+            drifted: false,
         }
     }
 
@@ -44,6 +48,7 @@ impl Sampler {
     pub(super) fn reset(&mut self, baseline: Option<f64>) {
         self.baseline = baseline;
         self.window.clear();
+        self.drifted = false;
         self.until = self.every;
         // A sample in flight is of the old decision's mode: its events are reused, unread.
         if let Some(pair) = self.pending.take().or_else(|| self.open.take()) {
@@ -73,6 +78,7 @@ impl Sampler {
                     self.window.pop_front();
                 }
                 self.window.push_back(us);
+                self.drifted = over(&self.window, self.baseline, self.drift);
             }
             self.spare = Some((start, end));
         }
@@ -105,12 +111,48 @@ impl Sampler {
     /// samples run below a profile measured from an idle stream; a kept-eager step that got
     /// faster is looked at again after `retry_after` calls, and a graph that got faster still
     /// wins.
+    #[inline]
     pub(super) fn drifted(&self) -> bool {
-        match self.baseline {
-            Some(b) if self.window.len() == WINDOW && b > 0.0 => {
-                median(self.window.iter().copied().collect()) > b * (1.0 + self.drift)
-            }
-            _ => false,
+        self.drifted
+    }
+}
+
+/// Whether a full window's median is above `baseline` by more than `drift` (see
+/// [`Sampler::drifted`]).
+fn over(window: &VecDeque<f64>, baseline: Option<f64>, drift: f64) -> bool {
+    match baseline {
+        Some(b) if window.len() == WINDOW && b > 0.0 => {
+            median(window.iter().copied().collect()) > b * (1.0 + drift)
         }
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{over, WINDOW};
+    use std::collections::VecDeque;
+
+    #[test]
+    fn drift_needs_a_full_window_whose_median_rose_beyond_the_margin() {
+        let w = |v: &[f64]| v.iter().copied().collect::<VecDeque<f64>>();
+        let full_high = w(&[12.0; WINDOW]);
+        assert!(over(&full_high, Some(10.0), 0.15));
+        assert!(!over(&full_high, Some(10.0), 0.25), "within the margin");
+        assert!(
+            !over(&w(&[12.0; WINDOW - 1]), Some(10.0), 0.15),
+            "not full yet"
+        );
+        assert!(
+            !over(&w(&[8.0; WINDOW]), Some(10.0), 0.15),
+            "faster is not drift"
+        );
+        assert!(!over(&full_high, None, 0.15) && !over(&full_high, Some(0.0), 0.15));
+        let mut mixed = w(&[10.0; WINDOW]);
+        mixed[0] = 100.0;
+        assert!(
+            !over(&mixed, Some(10.0), 0.15),
+            "one slow sample moves no median"
+        );
     }
 }
