@@ -82,46 +82,30 @@ fn the_gpu_step_is_the_reference_at_every_position_with_cublas() -> graph_rt::Re
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// What every test here starts from: a context and stream on device 0, the model of `c`, the
-/// buffers of `rows` rows and the step's declared parameters.
-struct Setup {
-    ctx: Context,
-    stream: Stream,
-    m: Model,
-    batch: std::cell::RefCell<Batch>,
-    sp: StepParams,
-    p: Params,
-}
+/// buffers of `rows` rows, and the step's parameters declared.
+type Setup = (
+    Context,
+    Stream,
+    Model,
+    std::cell::RefCell<Batch>,
+    StepParams,
+    Params,
+);
 
-impl Setup {
-    fn new(c: &DecodeConfig, rows: usize) -> graph_rt::Result<Self> {
-        let ctx = Context::new(0)?;
-        let stream = Stream::new(&ctx)?;
-        let m = Model::new(&ctx, &stream, c)?;
-        let batch = std::cell::RefCell::new(Batch::new(&ctx, c, rows)?);
-        let mut sp = StepParams::new(&ctx, 8)?;
-        let p = Params::declare(&mut sp, rows, c.vocab)?;
-        Ok(Self {
-            ctx,
-            stream,
-            m,
-            batch,
-            sp,
-            p,
-        })
-    }
+fn setup(c: &DecodeConfig, rows: usize) -> graph_rt::Result<Setup> {
+    let ctx = Context::new(0)?;
+    let stream = Stream::new(&ctx)?;
+    let m = Model::new(&ctx, &stream, c)?;
+    let batch = std::cell::RefCell::new(Batch::new(&ctx, c, rows)?);
+    let mut sp = StepParams::new(&ctx, 8)?;
+    let p = Params::declare(&mut sp, rows, c.vocab)?;
+    Ok((ctx, stream, m, batch, sp, p))
 }
 
 fn against_the_reference(c: DecodeConfig, gemms: Gemms) -> graph_rt::Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let rows = 3;
-    let Setup {
-        ctx,
-        stream,
-        m,
-        batch,
-        mut sp,
-        p,
-    } = Setup::new(&c, rows)?;
+    let (ctx, stream, m, batch, mut sp, p) = setup(&c, rows)?;
     let tok = |pos: usize| -> graph_rt::Result<DeviceBuffer<i32>> {
         DeviceBuffer::from_host(
             &ctx,
@@ -226,14 +210,7 @@ fn generation_follows_the_reference_until_a_near_tie() -> graph_rt::Result<()> {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let c = tiny();
     let (rows, prompt, n) = (2, 5, 12);
-    let Setup {
-        ctx,
-        stream,
-        m,
-        batch,
-        mut sp,
-        p,
-    } = Setup::new(&c, rows)?;
+    let (ctx, stream, m, batch, mut sp, p) = setup(&c, rows)?;
     let (tokens, logits) = (
         DeviceBuffer::from_host(&ctx, &vec![0i32; rows])?,
         DeviceBuffer::<f32>::zeroed(&ctx, rows * c.vocab)?,

@@ -106,6 +106,16 @@ __device__ __forceinline__ void grouped(int n, Load load, Use use) {
     }
 }
 
+// `f(u, c)` for this thread's chunks c = threadIdx.x + u blockDim.x < n, u < 2.
+template <class F>
+__device__ __forceinline__ void each2(int n, F f) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        int c = threadIdx.x + u * blockDim.x;
+        if (c < n) f(u, c);
+    }
+}
+
 struct Chunk2 {
     uint4 a, b;
 };
@@ -132,19 +142,12 @@ __device__ void norm_row16(const bf16* src, const bf16* delta, const bf16* w, bf
         // loaded at once and kept in registers — one trip to memory, not one to read the row and
         // another to read back the sum written.
         uint4 xv[2], dv[2], wv[2];
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int c = threadIdx.x + u * blockDim.x;
-            if (c < n) {
-                xv[u] = s4[c];
-                dv[u] = delta ? d4[c] : make_uint4(0u, 0u, 0u, 0u);
-                wv[u] = w4[c];
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int c = threadIdx.x + u * blockDim.x;
-            if (c >= n) break;
+        each2(n, [&](int u, int c) {
+            xv[u] = s4[c];
+            dv[u] = delta ? d4[c] : make_uint4(0u, 0u, 0u, 0u);
+            wv[u] = w4[c];
+        });
+        each2(n, [&](int u, int c) {
             float f[8], g[8];
             unpack8(xv[u], f);
             if (delta) {
@@ -154,19 +157,16 @@ __device__ void norm_row16(const bf16* src, const bf16* delta, const bf16* w, bf
             }
             for (int e = 0; e < 8; e++) ss += f[e] * f[e];
             x4[c] = xv[u];
-        }
+        });
         ss = block_reduce(ss, false, scratch);
         float inv = rsqrtf(ss / (float)d + eps);
-#pragma unroll
-        for (int u = 0; u < 2; u++) {
-            int c = threadIdx.x + u * blockDim.x;
-            if (c >= n) break;
+        each2(n, [&](int u, int c) {
             float f[8], g[8];
             unpack8(xv[u], f);
             unpack8(wv[u], g);
             for (int e = 0; e < 8; e++) f[e] = f[e] * inv * g[e];
             y4[c] = pack8(f);
-        }
+        });
         return;
     }
     grouped<4>(
