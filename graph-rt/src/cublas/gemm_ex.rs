@@ -49,14 +49,7 @@ impl Cublas {
         ldc: usize,
     ) -> Result<()> {
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        self.gemm_ex(
-            (sys::CUDA_R_16BF, sys::CUDA_R_16BF),
-            &shape,
-            (alpha, beta),
-            a,
-            b,
-            c,
-        )
+        self.gemm_ex(&shape, (alpha, beta), a, b, c)
     }
 
     /// [`Cublas::sgemm`] on f16 matrices (`cublasGemmEx`, `CUDA_R_16F`; elements of
@@ -80,14 +73,7 @@ impl Cublas {
         ldc: usize,
     ) -> Result<()> {
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        self.gemm_ex(
-            (sys::CUDA_R_16F, sys::CUDA_R_16F),
-            &shape,
-            (alpha, beta),
-            a,
-            b,
-            c,
-        )
+        self.gemm_ex(&shape, (alpha, beta), a, b, c)
     }
 
     /// [`Cublas::gemm_bf16`] with an f32 result: A and B bf16, C f32 (`CUDA_R_32F`), f32
@@ -111,21 +97,12 @@ impl Cublas {
         ldc: usize,
     ) -> Result<()> {
         let shape = GemmShape::new((transa, transb), (m, n, k), (lda, ldb, ldc));
-        self.gemm_ex(
-            (sys::CUDA_R_16BF, sys::CUDA_R_32F),
-            &shape,
-            (alpha, beta),
-            a,
-            b,
-            c,
-        )
+        self.gemm_ex(&shape, (alpha, beta), a, b, c)
     }
 
-    /// `cublasGemmEx` with A and B of `types.0` (the `cudaDataType_t` of `T`) and C of
-    /// `types.1` (that of `C`).
-    fn gemm_ex<T: bytemuck::Pod, C: bytemuck::Pod>(
+    /// `cublasGemmEx` with A and B of `T` and C of `C`, each passed as its `cudaDataType_t`.
+    fn gemm_ex<T: ExElement, C: ExElement>(
         &self,
-        (ab_type, c_type): (c_int, c_int),
         shape: &GemmShape,
         (alpha, beta): (f32, f32),
         a: &DeviceBuffer<T>,
@@ -133,6 +110,7 @@ impl Cublas {
         c: &mut DeviceBuffer<C>,
     ) -> Result<()> {
         const CALL: &str = "cublasGemmEx";
+        let (ab_type, c_type) = (T::TYPE, C::TYPE);
         self.gemm(CALL, shape, None, [a.into(), b.into(), (&*c).into()], |d| {
             // SAFETY: valid handle; the buffers belong to the handle's context and hold every
             // element the GEMM touches (checked before `enqueue`), of the types named; alpha
@@ -162,4 +140,22 @@ impl Cublas {
             }
         })
     }
+}
+
+/// An element type `cublasGemmEx` is called with here, and the `cudaDataType_t` that names it:
+/// the type passed is the buffer's, never a separate argument that could disagree with it.
+trait ExElement: bytemuck::Pod {
+    const TYPE: c_int;
+}
+
+impl ExElement for half::bf16 {
+    const TYPE: c_int = sys::CUDA_R_16BF;
+}
+
+impl ExElement for half::f16 {
+    const TYPE: c_int = sys::CUDA_R_16F;
+}
+
+impl ExElement for f32 {
+    const TYPE: c_int = sys::CUDA_R_32F;
 }
