@@ -629,54 +629,42 @@ __device__ void stage_silu(const bf16* gate_up, int K, int rows) {
     __syncthreads();
 }
 
-extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M,
-                                     int K, int rows) {
+// The matrix-vector kernels' one body: the weights' first chunks loaded before PDL's wait,
+// then `stage()` (the input rows into shared memory), then the products into y16 or y32.
+template <class Stage>
+__device__ __forceinline__ void gemv_body(const bf16* W, int M, int K, int rows, bf16* y16,
+                                          float* y32, Stage stage) {
     PDL_TRIGGER();
     if (rows > 8) return;
     GemvWarp g(W, M, K);
     uint4 pre[GEMV_PRE];
     g.prefetch(pre);
     PDL_WAIT();
-    stage_plain(x, K, rows);
-    g.run(pre, y, 0, rows);
+    stage();
+    g.run(pre, y16, y32, rows);
 }
 
-extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in,
-                                          const bf16* delta, bf16* x_out, const bf16* w, bf16* y,
-                                          int M, int K, int rows, float eps) {
-    PDL_TRIGGER();
-    if (rows > 8) return;
-    GemvWarp g(W, M, K);
-    uint4 pre[GEMV_PRE];
-    g.prefetch(pre);
-    PDL_WAIT();
-    stage_norm(x_in, delta, x_out, w, K, rows, eps);
-    g.run(pre, y, 0, rows);
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
+    gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M, int K, int rows) {
+    gemv_body(W, M, K, rows, y, 0, [&] { stage_plain(x, K, rows); });
 }
 
-extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_norm_f32(const bf16* __restrict__ W, const bf16* x_in,
-                                         const bf16* delta, bf16* x_out, const bf16* w, float* y,
-                                         int M, int K, int rows, float eps) {
-    PDL_TRIGGER();
-    if (rows > 8) return;
-    GemvWarp g(W, M, K);
-    uint4 pre[GEMV_PRE];
-    g.prefetch(pre);
-    PDL_WAIT();
-    stage_norm(x_in, delta, x_out, w, K, rows, eps);
-    g.run(pre, 0, y, rows);
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
+    gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in, const bf16* delta, bf16* x_out,
+                   const bf16* w, bf16* y, int M, int K, int rows, float eps) {
+    gemv_body(W, M, K, rows, y, 0, [&] { stage_norm(x_in, delta, x_out, w, K, rows, eps); });
 }
 
-extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM) gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up,
-                                          bf16* y, int M, int K, int rows) {
-    PDL_TRIGGER();
-    if (rows > 8) return;
-    GemvWarp g(W, M, K);
-    uint4 pre[GEMV_PRE];
-    g.prefetch(pre);
-    PDL_WAIT();
-    stage_silu(gate_up, K, rows);
-    g.run(pre, y, 0, rows);
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
+    gemv_norm_f32(const bf16* __restrict__ W, const bf16* x_in, const bf16* delta, bf16* x_out,
+                  const bf16* w, float* y, int M, int K, int rows, float eps) {
+    gemv_body(W, M, K, rows, 0, y, [&] { stage_norm(x_in, delta, x_out, w, K, rows, eps); });
+}
+
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
+    gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up, bf16* y, int M, int K,
+                   int rows) {
+    gemv_body(W, M, K, rows, y, 0, [&] { stage_silu(gate_up, K, rows); });
 }
 
 // out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
