@@ -117,7 +117,8 @@ pub struct Kernels {
     pub(crate) silu_mul: Function,
     pub(crate) gemv: Function,
     pub(crate) gemv_norm: Function,
-    pub(crate) gemv_norm_f32: Function,
+    /// The head's product (the final residual add and norm fused in) with the argmax fused in.
+    pub(crate) gemv_norm_argmax: Function,
     pub(crate) gemv_silu: Function,
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
@@ -161,7 +162,7 @@ impl Kernels {
             silu_mul: module.function("silu_mul")?,
             gemv: module.function("gemv_bf16")?,
             gemv_norm: module.function("gemv_norm_bf16")?,
-            gemv_norm_f32: module.function("gemv_norm_f32")?,
+            gemv_norm_argmax: module.function("gemv_norm_argmax")?,
             gemv_silu: module.function("gemv_silu_bf16")?,
             copy: module.function("copy_words")?,
         })
@@ -199,6 +200,12 @@ pub enum Gemms {
 /// (32 bytes; 256 kept).
 pub fn gemv_fits(rows: usize, k: usize) -> bool {
     rows <= 8 && k % 8 == 0 && rows * k * 2 + 256 <= 48 * 1024
+}
+
+/// [`gemv_fits`] for the products with the residual add and norm fused in, which stage the
+/// norm's weights beside the rows (one row more of shared memory).
+pub fn gemv_norm_fits(rows: usize, k: usize) -> bool {
+    rows <= 8 && gemv_fits(rows + 1, k)
 }
 
 /// What changes between a step's calls: the tokens in, the logits (f32: the head GEMM's result
@@ -334,4 +341,10 @@ pub(crate) const GEMV_BLOCKS_PER_SM: u32 = 2;
 pub(crate) fn gemv_config(m: usize, rows: usize, k: usize, sms: u32) -> LaunchConfig {
     let blocks = (m.div_ceil(8) as u32).min(GEMV_BLOCKS_PER_SM * sms.max(1));
     LaunchConfig::new(blocks, 256u32).shared_mem((rows * k * 2) as u32)
+}
+
+/// [`gemv_config`] for the products with the norm fused in: the norm's weights (k bf16) staged
+/// after the rows.
+pub(crate) fn gemv_norm_config(m: usize, rows: usize, k: usize, sms: u32) -> LaunchConfig {
+    gemv_config(m, rows + 1, k, sms)
 }

@@ -8,7 +8,8 @@ use graph_rt::{DeviceBuffer, LaunchConfig};
 use graph_rt_dev::decode::reference::EPS;
 
 use crate::model::{
-    argmax_blocks, attention_smem, gemv_config, gemv_fits, Batch, Gemms, Model, Params, Variant,
+    argmax_blocks, attention_smem, gemv_config, gemv_fits, gemv_norm_config, gemv_norm_fits, Batch,
+    Gemms, Model, Params, Variant,
 };
 
 impl Model {
@@ -35,7 +36,7 @@ impl Model {
         let (b, d, hd) = (a.rows, c.d, c.head_dim());
         let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
         let own = v.gemms == Gemms::Own;
-        let (fuse_norm, fuse_silu) = (own && gemv_fits(b, d), own && gemv_fits(b, mlp));
+        let (fuse_norm, fuse_silu) = (own && gemv_norm_fits(b, d), own && gemv_fits(b, mlp));
         let i = |n: usize| n as i32;
         // The first kernel after the table's refresh is never programmatic: it reads the slots.
         let first = LaunchConfig::new(b as u32, 256u32);
@@ -106,7 +107,13 @@ impl Model {
                 EPS,
             );
             // SAFETY: as above.
-            unsafe { s.launch(&k.gemv_norm, &k.cfg(gemv_config(m, b, d, self.sms)), args) }
+            unsafe {
+                s.launch(
+                    &k.gemv_norm,
+                    &k.cfg(gemv_norm_config(m, b, d, self.sms)),
+                    args,
+                )
+            }
         };
         let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
         for (l, w) in self.w.layers.iter().enumerate() {
@@ -151,8 +158,10 @@ impl Model {
         }
         let (head, final_norm) = (&self.w.head, &self.w.final_norm);
         if fuse_norm {
-            let cfg = k.cfg(gemv_config(c.vocab, b, d, self.sms));
+            // The head's product with the argmax fused in: no argmax kernel after it.
+            let cfg = k.cfg(gemv_norm_config(c.vocab, b, d, self.sms));
             let (x, y) = (&a.x[cur], &a.x[1 - cur]);
+            let next = s.buffer(&p.next)?;
             let args = (
                 head,
                 x,
@@ -164,9 +173,13 @@ impl Model {
                 i(d),
                 i(b),
                 EPS,
+                &next,
+                &a.argmax_best,
+                &a.argmax_done,
             );
-            // SAFETY: as above; the head holds vocab × d elements, the logits b × vocab.
-            unsafe { s.launch(&k.gemv_norm_f32, &cfg, args)? };
+            // SAFETY: as above; the head holds vocab × d elements, the logits b × vocab, the
+            // next tokens b; the best keys b words and the count one, zero between launches.
+            return unsafe { s.launch(&k.gemv_norm_argmax, &cfg, args) };
         } else {
             add_norm(a, cur, final_norm)?;
             s.cublas(blas, |bl| {

@@ -104,9 +104,12 @@ static void test_argmax(int vocab, int rows) {
     }
 }
 
-// The products: plain, with the residual add + norm, with SiLU·up, and the f32 head.
+// The products: plain, the f32 head with the residual add + norm and the argmax fused in, with
+// SiLU·up.
 static void test_gemv(int M, int K, int rows) {
     auto W = random_bf16((size_t)M * K, 0.05f);
+    // Two equal rows: equal logits (the fused argmax takes the first of equals).
+    std::copy(W.begin() + K, W.begin() + 2 * K, W.begin() + (size_t)(M - 1) * K);
     const float eps = 1e-6f;
     size_t smem = (size_t)rows * K * 2;
     unsigned blocks = std::min<unsigned>((M + 7) / 8, 3);  // fewer blocks than rows of 8: warps stream
@@ -124,9 +127,26 @@ static void test_gemv(int M, int K, int rows) {
     auto delta = random_bf16((size_t)rows * K, 0.5f), w = random_bf16(K, 0.3f);
     std::vector<bf16> xo((size_t)rows * K);
     std::vector<float> y32((size_t)rows * M);
-    emu::launch({blocks}, 256, smem, [&] {
-        gemv_norm_f32(W.data(), x.data(), delta.data(), xo.data(), w.data(), y32.data(), M, K, rows, eps);
-    });
+    size_t smem_norm = smem + (size_t)K * 2;  // the norm's weights staged too
+    // The f32 head with the argmax fused in: the logits, the argmax kernel's token a row over
+    // them, the keys and the count reset (launched twice: the second starts from the first's
+    // reset).
+    std::vector<unsigned long long> best(rows, 0);
+    std::vector<unsigned> done(rows, 0);
+    std::vector<int> tok(rows, -1);
+    for (int rep = 0; rep < 2; rep++) {
+        std::fill(tok.begin(), tok.end(), -1);
+        emu::launch({blocks}, 256, smem_norm, [&] {
+            gemv_norm_argmax(W.data(), x.data(), delta.data(), xo.data(), w.data(), y32.data(), M, K, rows, eps,
+                             tok.data(), best.data(), done.data());
+        });
+        for (int r = 0; r < rows; r++) check(best[r] == 0 && done[r] == 0, "gemv_norm_argmax reset");
+        std::vector<int> am(rows, -1);
+        emu::launch({1, (unsigned)rows}, 1024, 0, [&] { argmax(y32.data(), am.data(), M, best.data(), done.data()); });
+        for (int r = 0; r < rows; r++)
+            check(tok[r] == am[r], "gemv_norm_argmax token r=" + std::to_string(r) + ": " + std::to_string(tok[r]) +
+                                       " vs the argmax kernel's " + std::to_string(am[r]));
+    }
     for (int r = 0; r < rows; r++) {
         std::vector<float> s(K), h(K);
         double ss = 0;
@@ -141,7 +161,7 @@ static void test_gemv(int M, int K, int rows) {
             double acc = 0;
             for (int k = 0; k < K; k++) acc += (double)ld(W[(size_t)m * K + k]) * h[k];
             check(std::fabs(y32[r * M + m] - acc) <= 2e-2 * std::max(1.0, std::fabs(acc)),
-                  "gemv_norm_f32 r=" + std::to_string(r) + " m=" + std::to_string(m));
+                  "gemv_norm_argmax logits r=" + std::to_string(r) + " m=" + std::to_string(m));
         }
     }
     // SiLU(gate) · up staged from gate_up [rows, 2K].
