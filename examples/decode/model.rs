@@ -202,12 +202,6 @@ pub fn gemv_fits(rows: usize, k: usize) -> bool {
     rows <= 8 && k % 8 == 0 && rows * k * 2 + 256 <= 48 * 1024
 }
 
-/// [`gemv_fits`] for the products with the residual add and norm fused in, which stage the
-/// norm's weights beside the rows (one row more of shared memory).
-pub fn gemv_norm_fits(rows: usize, k: usize) -> bool {
-    rows <= 8 && gemv_fits(rows + 1, k)
-}
-
 /// What changes between a step's calls: the tokens in, the logits (f32: the head GEMM's result
 /// unrounded) and next tokens out, the position written and the positions attended (`pos + 1`).
 pub struct Params {
@@ -341,10 +335,4 @@ pub(crate) const GEMV_BLOCKS_PER_SM: u32 = 2;
 pub(crate) fn gemv_config(m: usize, rows: usize, k: usize, sms: u32) -> LaunchConfig {
     let blocks = (m.div_ceil(8) as u32).min(GEMV_BLOCKS_PER_SM * sms.max(1));
     LaunchConfig::new(blocks, 256u32).shared_mem((rows * k * 2) as u32)
-}
-
-/// [`gemv_config`] for the products with the norm fused in: the norm's weights (k bf16) staged
-/// after the rows.
-pub(crate) fn gemv_norm_config(m: usize, rows: usize, k: usize, sms: u32) -> LaunchConfig {
-    gemv_config(m, rows + 1, k, sms)
 }

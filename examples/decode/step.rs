@@ -8,8 +8,7 @@ use graph_rt::{DeviceBuffer, LaunchConfig};
 use graph_rt_dev::decode::reference::EPS;
 
 use crate::model::{
-    argmax_blocks, attention_smem, gemv_config, gemv_fits, gemv_norm_config, gemv_norm_fits, Batch,
-    Gemms, Model, Params, Variant,
+    argmax_blocks, attention_smem, gemv_config, gemv_fits, Batch, Gemms, Model, Params, Variant,
 };
 
 impl Model {
@@ -36,7 +35,7 @@ impl Model {
         let (b, d, hd) = (a.rows, c.d, c.head_dim());
         let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
         let own = v.gemms == Gemms::Own;
-        let (fuse_norm, fuse_silu) = (own && gemv_norm_fits(b, d), own && gemv_fits(b, mlp));
+        let (fuse_norm, fuse_silu) = (own && gemv_fits(b, d), own && gemv_fits(b, mlp));
         let i = |n: usize| n as i32;
         // The first kernel after the table's refresh is never programmatic: it reads the slots.
         let first = LaunchConfig::new(b as u32, 256u32);
@@ -107,13 +106,7 @@ impl Model {
                 EPS,
             );
             // SAFETY: as above.
-            unsafe {
-                s.launch(
-                    &k.gemv_norm,
-                    &k.cfg(gemv_norm_config(m, b, d, self.sms)),
-                    args,
-                )
-            }
+            unsafe { s.launch(&k.gemv_norm, &k.cfg(gemv_config(m, b, d, self.sms)), args) }
         };
         let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
         for (l, w) in self.w.layers.iter().enumerate() {
@@ -159,7 +152,7 @@ impl Model {
         let (head, final_norm) = (&self.w.head, &self.w.final_norm);
         if fuse_norm {
             // The head's product with the argmax fused in: no argmax kernel after it.
-            let cfg = k.cfg(gemv_norm_config(c.vocab, b, d, self.sms));
+            let cfg = k.cfg(gemv_config(c.vocab, b, d, self.sms));
             let (x, y) = (&a.x[cur], &a.x[1 - cur]);
             let next = s.buffer(&p.next)?;
             let args = (

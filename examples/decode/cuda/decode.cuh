@@ -431,24 +431,6 @@ extern "C" __global__ void __launch_bounds__(1024)
     }
 }
 
-// (value, index) a beats (value, index) b: larger, NaN largest, ties to the lower index.
-__device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
-    if (v != v) return bv == bv || i < bi;
-    if (bv != bv) return false;
-    return v > bv || (v == bv && i < bi);
-}
-
-// The order argmax picks by, as one 64-bit key (larger wins): the logit rounded to bf16 (NaN
-// above everything, -0 as +0), then the lower index.
-__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
-    unsigned bits = __float_as_uint(v);
-    unsigned ord;
-    if (v != v) ord = 0xffffffffu;
-    else if (v == 0.f) ord = 0x80000000u;
-    else ord = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
-    return ((unsigned long long)ord << 32) | (unsigned long long)(0xffffffffu - (unsigned)i);
-}
-
 // Matrix-vector products for small batches: y[r, m] = sum_k W[m, k] s[r, k] for the `rows`
 // rows (at most 8) of s, the input staged in dynamic shared memory (rows * K * 2 bytes) — as
 // given, or RMSNorm(x + delta) * w (the residual add and norm fused in: every block computes
@@ -460,7 +442,7 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
 // l, l + 32, … of a row), GEMV_PRE chunks a lane in flight. The first GEMV_PRE are loaded
 // before PDL's wait: the weights do not depend on the kernel before, so launched
 // programmatically their reads overlap its end.
-#define GEMV_PRE 12
+#define GEMV_PRE 8
 // Blocks of 256 threads an SM holds (the register bound this asks of the compiler); the host
 // caps the grid at this many per SM (`model::GEMV_BLOCKS_PER_SM`).
 #define GEMV_BLOCKS_PER_SM 2
@@ -504,11 +486,8 @@ struct GemvWarp {
     // chunks `pre` holds on. ROWS is a template parameter: the loop is unrolled over the ring and
     // the rows, and with the rows a run-time count it held every row's branch eight times over
     // (about 8000 instructions, more than the instruction cache keeps for the hot loop).
-    // With `best` (shared, one key a row, f32 output only), lane 0 also folds each row's
-    // argmax_key into it (the head's argmax fused in).
     template <int ROWS>
-    __device__ __forceinline__ void run_rows(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32,
-                                             unsigned long long* best) {
+    __device__ __forceinline__ void run_rows(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32) {
         extern __shared__ uint4 xs[];
         float acc[ROWS];
 #pragma unroll
@@ -540,7 +519,6 @@ struct GemvWarp {
                         if (lane == 0) {
                             if (y32) y32[(size_t)b * M + m] = v;
                             else y16[(size_t)b * M + m] = st(v);
-                            if (best) atomicMax(best + b, argmax_key(ld(st(v)), m));
                         }
                         acc[b] = 0.f;
                     }
@@ -552,17 +530,16 @@ struct GemvWarp {
     }
 
     // run_rows for 1 to 8 rows.
-    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32, int rows,
-                                        unsigned long long* best) {
+    __device__ __forceinline__ void run(uint4 (&pre)[GEMV_PRE], bf16* y16, float* y32, int rows) {
         switch (rows) {
-            case 1: run_rows<1>(pre, y16, y32, best); break;
-            case 2: run_rows<2>(pre, y16, y32, best); break;
-            case 3: run_rows<3>(pre, y16, y32, best); break;
-            case 4: run_rows<4>(pre, y16, y32, best); break;
-            case 5: run_rows<5>(pre, y16, y32, best); break;
-            case 6: run_rows<6>(pre, y16, y32, best); break;
-            case 7: run_rows<7>(pre, y16, y32, best); break;
-            case 8: run_rows<8>(pre, y16, y32, best); break;
+            case 1: run_rows<1>(pre, y16, y32); break;
+            case 2: run_rows<2>(pre, y16, y32); break;
+            case 3: run_rows<3>(pre, y16, y32); break;
+            case 4: run_rows<4>(pre, y16, y32); break;
+            case 5: run_rows<5>(pre, y16, y32); break;
+            case 6: run_rows<6>(pre, y16, y32); break;
+            case 7: run_rows<7>(pre, y16, y32); break;
+            case 8: run_rows<8>(pre, y16, y32); break;
             default: break;
         }
     }
@@ -579,28 +556,16 @@ __device__ __forceinline__ void stage_plain(const bf16* x, int K, int rows) {
     __syncthreads();
 }
 
-// Copies the norm's weights w (K bf16) into shared memory after the staged rows (at xs + rows
-// K / 8): called before PDL's wait (the weights do not depend on the kernel before), so that
-// stage_norm's last pass reads them from there instead of making a trip to memory after the
-// norm's sum. The launch gives (rows + 1) K 2 bytes of dynamic shared memory.
-__device__ __forceinline__ void stage_norm_weight(const bf16* w, int K, int rows) {
-    extern __shared__ uint4 xs[];
-    const uint4* w4 = (const uint4*)w;
-    uint4* ws = xs + rows * (K / 8);
-    for (int c = threadIdx.x; c < K / 8; c += blockDim.x) ws[c] = w4[c];
-}
-
 // Stages RMSNorm(x_in + delta) * w, rounded as add_norm rounds (delta null: x_in alone); block 0
 // writes the sum to x_out (another buffer than x_in: the other blocks still read x_in). Row r's
-// scale is summed by warp r. The weights are in shared memory already (stage_norm_weight; this
-// function's barriers publish them).
-__device__ void stage_norm(const bf16* x_in, const bf16* delta, bf16* x_out, int K, int rows,
-                           float eps) {
+// scale is summed by warp r.
+__device__ void stage_norm(const bf16* x_in, const bf16* delta, bf16* x_out, const bf16* w,
+                           int K, int rows, float eps) {
     extern __shared__ uint4 xs[];
     __shared__ float inv[8];
     const uint4* xi = (const uint4*)x_in;
     const uint4* dl = (const uint4*)delta;
-    const uint4* ws = xs + rows * (K / 8);
+    const uint4* w4 = (const uint4*)w;
     uint4* xo = (uint4*)x_out;
     int words = K / 8, n = rows * words;
     grouped<4>(
@@ -630,14 +595,16 @@ __device__ void stage_norm(const bf16* x_in, const bf16* delta, bf16* x_out, int
         if (lane == 0) inv[warp] = rsqrtf(ss / (float)K + eps);
     }
     __syncthreads();
-    for (int c = threadIdx.x; c < n; c += blockDim.x) {
-        float f[8], g[8];
-        unpack8(xs[c], f);
-        unpack8(ws[c % words], g);
-        float r = inv[c / words];
-        for (int e = 0; e < 8; e++) f[e] = f[e] * r * g[e];
-        xs[c] = pack8(f);
-    }
+    grouped<4>(
+        n, [&](int c) { return w4[c % words]; },
+        [&](int c, uint4 wv) {
+            float f[8], g[8];
+            unpack8(xs[c], f);
+            unpack8(wv, g);
+            float r = inv[c / words];
+            for (int e = 0; e < 8; e++) f[e] = f[e] * r * g[e];
+            xs[c] = pack8(f);
+        });
     __syncthreads();
 }
 
@@ -664,70 +631,34 @@ __device__ void stage_silu(const bf16* gate_up, int K, int rows) {
 
 // The matrix-vector kernels' one body: the weights' first chunks loaded before PDL's wait,
 // then `stage()` (the input rows into shared memory), then the products into y16 or y32.
-// `before()` runs before PDL's wait too (what reads only constants); `best`: see run_rows.
-template <class Before, class Stage>
+template <class Stage>
 __device__ __forceinline__ void gemv_body(const bf16* W, int M, int K, int rows, bf16* y16,
-                                          float* y32, unsigned long long* best, Before before,
-                                          Stage stage) {
+                                          float* y32, Stage stage) {
     PDL_TRIGGER();
     if (rows > 8) return;
     GemvWarp g(W, M, K);
     uint4 pre[GEMV_PRE];
     g.prefetch(pre);
-    before();
     PDL_WAIT();
     stage();
-    g.run(pre, y16, y32, rows, best);
+    g.run(pre, y16, y32, rows);
 }
 
 extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
     gemv_bf16(const bf16* __restrict__ W, const bf16* x, bf16* y, int M, int K, int rows) {
-    gemv_body(W, M, K, rows, y, 0, 0, [] {}, [&] { stage_plain(x, K, rows); });
+    gemv_body(W, M, K, rows, y, 0, [&] { stage_plain(x, K, rows); });
 }
 
-// Dynamic shared memory: (rows + 1) K 2 bytes (the norm's weights staged too).
 extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
     gemv_norm_bf16(const bf16* __restrict__ W, const bf16* x_in, const bf16* delta, bf16* x_out,
                    const bf16* w, bf16* y, int M, int K, int rows, float eps) {
-    gemv_body(W, M, K, rows, y, 0, 0, [&] { stage_norm_weight(w, K, rows); },
-              [&] { stage_norm(x_in, delta, x_out, K, rows, eps); });
-}
-
-// The head: gemv_norm_bf16's product into f32 logits y, with the argmax fused in: out[r] = the
-// token the argmax kernel below picks from row r of y. Each block folds its rows' keys into best[r] (atomicMax
-// of argmax_key) and counts itself in done[0]; the last block writes out[] and resets best[]
-// and done[0] for the next launch (zero at first, as the argmax kernel's).
-extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
-    gemv_norm_argmax(const bf16* __restrict__ W, const bf16* x_in, const bf16* delta,
-                     bf16* x_out, const bf16* w, float* y, int M, int K, int rows, float eps,
-                     int* out, unsigned long long* best, unsigned* done) {
-    __shared__ unsigned long long sbest[8];
-    // Published by the staging's barriers before any fold.
-    if (threadIdx.x < 8) sbest[threadIdx.x] = 0;
-    gemv_body(W, M, K, rows, 0, y, sbest, [&] { stage_norm_weight(w, K, rows); },
-              [&] { stage_norm(x_in, delta, x_out, K, rows, eps); });
-    if (rows > 8) return;
-    __syncthreads();
-    if (threadIdx.x != 0) return;
-    for (int r = 0; r < rows; r++)
-        if (sbest[r] != 0) atomicMax(best + r, sbest[r]);
-    __threadfence();
-    if (atomicAdd(done, 1u) == gridDim.x - 1) {
-        // The last block: every other block's fold happened before its count.
-        __threadfence();
-        for (int r = 0; r < rows; r++) {
-            unsigned long long k = atomicAdd(best + r, 0ull);
-            out[r] = k == 0 ? 0 : (int)(0xffffffffu - (unsigned)(k & 0xffffffffu));
-            best[r] = 0;
-        }
-        *done = 0;
-    }
+    gemv_body(W, M, K, rows, y, 0, [&] { stage_norm(x_in, delta, x_out, w, K, rows, eps); });
 }
 
 extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
     gemv_silu_bf16(const bf16* __restrict__ W, const bf16* gate_up, bf16* y, int M, int K,
                    int rows) {
-    gemv_body(W, M, K, rows, y, 0, 0, [] {}, [&] { stage_silu(gate_up, K, rows); });
+    gemv_body(W, M, K, rows, y, 0, [&] { stage_silu(gate_up, K, rows); });
 }
 
 // out[b, i] = silu(gate) * up over [batch, 2 mlp] (gate first, then up); n = batch * mlp. The
@@ -740,6 +671,24 @@ extern "C" __global__ void silu_mul(const bf16* gate_up, bf16* out, int mlp, int
     const bf16* row = gate_up + (size_t)b * 2 * mlp;
     float g = ld(row[i]), u = ld(row[mlp + i]);
     out[idx] = st(ld(st(g / (1.f + expf(-g)))) * u);
+}
+
+// (value, index) a beats (value, index) b: larger, NaN largest, ties to the lower index.
+__device__ __forceinline__ bool beats(float v, int i, float bv, int bi) {
+    if (v != v) return bv == bv || i < bi;
+    if (bv != bv) return false;
+    return v > bv || (v == bv && i < bi);
+}
+
+// The order argmax picks by, as one 64-bit key (larger wins): the logit rounded to bf16 (NaN
+// above everything, -0 as +0), then the lower index.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
+    unsigned bits = __float_as_uint(v);
+    unsigned ord;
+    if (v != v) ord = 0xffffffffu;
+    else if (v == 0.f) ord = 0x80000000u;
+    else ord = (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    return ((unsigned long long)ord << 32) | (unsigned long long)(0xffffffffu - (unsigned)i);
 }
 
 // out[b] = the token PyTorch's bf16 model picks from these f32 logits: the index of the largest
@@ -812,6 +761,56 @@ extern "C" __global__ void argmax(const float* logits, int* out, int vocab,
             best[b] = 0;
             done[b] = 0;
         }
+    }
+}
+
+// The head: gemv_norm_bf16's product into f32 logits y, with the argmax fused in: out[r] = the
+// token the argmax kernel above picks from row r of y. Once its products are written, each warp
+// folds the argmax keys of the rows it wrote (the lanes over them, then shuffles) into the
+// block's, and each block its keys into best[r] (atomicMax of argmax_key), counting itself in
+// done[0]; the last block writes out[] and resets best[] and done[0] for the next launch (zero at
+// first, as the argmax kernel's). The fold is outside the products' unrolled loop: their code
+// is gemv_norm_bf16's.
+extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
+    gemv_norm_argmax(const bf16* __restrict__ W, const bf16* x_in, const bf16* delta,
+                     bf16* x_out, const bf16* w, float* y, int M, int K, int rows, float eps,
+                     int* out, unsigned long long* best, unsigned* done) {
+    __shared__ unsigned long long sbest[8];
+    // Published by the staging's barriers before any fold.
+    if (threadIdx.x < 8) sbest[threadIdx.x] = 0;
+    gemv_body(W, M, K, rows, 0, y, [&] { stage_norm(x_in, delta, x_out, w, K, rows, eps); });
+    if (rows > 8) return;
+    // This warp's rows, as GemvWarp takes them; lane 0 wrote their sums (ordered by the warp's
+    // barrier).
+    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    int first = blockIdx.x * warps + (threadIdx.x >> 5), stride = gridDim.x * warps;
+    __syncwarp();
+    for (int r = 0; r < rows; r++) {
+        unsigned long long k = 0;
+        for (int m = first + stride * lane; m < M; m += 32 * stride) {
+            unsigned long long km = argmax_key(ld(st(y[(size_t)r * M + m])), m);
+            k = km > k ? km : k;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            unsigned long long ko = __shfl_xor_sync(0xffffffffu, k, o);
+            k = ko > k ? ko : k;
+        }
+        if (lane == 0 && k != 0) atomicMax(sbest + r, k);
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    for (int r = 0; r < rows; r++)
+        if (sbest[r] != 0) atomicMax(best + r, sbest[r]);
+    __threadfence();
+    if (atomicAdd(done, 1u) == gridDim.x - 1) {
+        // The last block: every other block's fold happened before its count.
+        __threadfence();
+        for (int r = 0; r < rows; r++) {
+            unsigned long long k = atomicAdd(best + r, 0ull);
+            out[r] = k == 0 ? 0 : (int)(0xffffffffu - (unsigned)(k & 0xffffffffu));
+            best[r] = 0;
+        }
+        *done = 0;
     }
 }
 

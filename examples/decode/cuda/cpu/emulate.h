@@ -62,7 +62,7 @@ inline unsigned long long atomicMax(unsigned long long* p, unsigned long long v)
 namespace emu {
 struct Warp {
     std::barrier<> bar{32};
-    uint32_t slot[32];
+    uint64_t slot[32];
 };
 inline std::barrier<>* block_bar;
 inline std::vector<std::unique_ptr<Warp>> warps;
@@ -104,12 +104,18 @@ inline void __syncthreads() { emu::block_bar->arrive_and_wait(); }
 
 template <class T>
 T __shfl_xor_sync(unsigned, T v, int lane_mask) {
-    static_assert(sizeof(T) == 4, "32-bit values");
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "32- or 64-bit values");
     emu::Warp& w = *emu::warps[threadIdx.x / 32];
     unsigned lane = threadIdx.x % 32;
-    w.slot[lane] = std::bit_cast<uint32_t>(v);
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    w.slot[lane] = bits;
     w.bar.arrive_and_wait();
-    T r = std::bit_cast<T>(w.slot[lane ^ lane_mask]);
+    T r;
+    std::memcpy(&r, &w.slot[lane ^ lane_mask], sizeof(T));
     w.bar.arrive_and_wait();
     return r;
 }
+
+// The warp's barrier (every lane calls it: the decode kernels never diverge around one).
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::warps[threadIdx.x / 32]->bar.arrive_and_wait(); }

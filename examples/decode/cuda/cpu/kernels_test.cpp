@@ -127,7 +127,6 @@ static void test_gemv(int M, int K, int rows) {
     auto delta = random_bf16((size_t)rows * K, 0.5f), w = random_bf16(K, 0.3f);
     std::vector<bf16> xo((size_t)rows * K);
     std::vector<float> y32((size_t)rows * M);
-    size_t smem_norm = smem + (size_t)K * 2;  // the norm's weights staged too
     // The f32 head with the argmax fused in: the logits, the argmax kernel's token a row over
     // them, the keys and the count reset (launched twice: the second starts from the first's
     // reset).
@@ -136,7 +135,7 @@ static void test_gemv(int M, int K, int rows) {
     std::vector<int> tok(rows, -1);
     for (int rep = 0; rep < 2; rep++) {
         std::fill(tok.begin(), tok.end(), -1);
-        emu::launch({blocks}, 256, smem_norm, [&] {
+        emu::launch({blocks}, 256, smem, [&] {
             gemv_norm_argmax(W.data(), x.data(), delta.data(), xo.data(), w.data(), y32.data(), M, K, rows, eps,
                              tok.data(), best.data(), done.data());
         });
@@ -264,6 +263,7 @@ int main() {
     test_gemv(37, 256, 1);
     test_gemv(100, 384, 3);  // a row's chunks not a multiple of 32 lanes
     test_gemv(20, 2816, 8);
+    test_gemv(2000, 64, 8);  // the head's fold: a lane over several of its warp's rows
     test_attention(4, 2, 64, 24, 10, 11, 2);   // 16-byte chunks, a cache row at pos from the fresh k/v
     test_attention(8, 1, 48, 40, 0, 1, 1);     // pairs (48 % 8 != 0), the first position
     test_attention(4, 4, 128, 16, 15, 16, 1);  // one KV head a head, the cache's last position
