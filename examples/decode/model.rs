@@ -242,7 +242,7 @@ pub struct Batch {
     pub(crate) k: Vec<DeviceBuffer<bf16>>,
     pub(crate) v: Vec<DeviceBuffer<bf16>>,
     /// Argmax's per-row best key and count of blocks done (zero between launches: its last
-    /// block of a row resets them).
+    /// block of a row resets them); the head's fused argmax counts its blocks in the first.
     pub(crate) argmax_best: DeviceBuffer<u64>,
     pub(crate) argmax_done: DeviceBuffer<u32>,
 }
