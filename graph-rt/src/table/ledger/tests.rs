@@ -177,6 +177,10 @@ impl Model {
         });
         self.ledger.launched();
         self.retire_replaced();
+        assert!(
+            self.ledger.owners.count_holds(),
+            "the count of owned slots drifted"
+        );
     }
 
     /// What `ArgTable::launched` does with what the launch replaced: retired behind its launch
