@@ -82,9 +82,21 @@ struct TableChain {
 }
 
 fn table_chain(stream: &Stream, f: &Function, pdl: bool, steps: usize) -> TableChain {
+    table_chain_ring(stream, f, pdl, steps, 4)
+}
+
+/// [`table_chain`] with a ring of `depth` mirrors (the launch reads an acknowledgement from
+/// mapped host memory once every `depth` launches).
+fn table_chain_ring(
+    stream: &Stream,
+    f: &Function,
+    pdl: bool,
+    steps: usize,
+    depth: usize,
+) -> TableChain {
     let options = TableOptions {
         capacity: steps + 1,
-        depth: 4,
+        depth,
     };
     let mut table = ArgTable::new(stream.context(), options).expect("table");
     let slots: Vec<PtrSlot<f32>> = (0..=steps)

@@ -10,7 +10,10 @@ use graph_rt::{Context, DeviceBuffer, GraphExec, Stream};
 
 mod replica;
 
-use super::{capture_chain, cfg, common, load, static_chain, table_chain, TableChain, ELEMS};
+use super::{
+    capture_chain, cfg, common, load, static_chain, table_chain, table_chain_ring, TableChain,
+    ELEMS,
+};
 
 /// How a variant of [`host_costs`] binds every slot before launching.
 #[derive(Clone, Copy)]
@@ -200,6 +203,14 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
             unstaged.borrow_mut().launch(stream);
         }
         stream.synchronize().expect("sync");
+        // The launch alone on a ring of 64 mirrors: an acknowledgement read (mapped host memory
+        // the device wrote) once every 64 launches instead of every 4 — how much of the launch's
+        // cost over the raw cuGraphLaunch that read is.
+        let ring64 = {
+            let mut c = table_chain_ring(stream, &table_pdl, true, n, 64);
+            c.bind_all(&sets[0]);
+            RefCell::new(c)
+        };
         let alone = || -> common::Variant {
             (
                 "launch, no bind",
@@ -319,6 +330,10 @@ pub fn host_costs(ctx: &Context, stream: &Stream) -> Vec<(usize, Vec<Group>)> {
                     none,
                     5,
                     safe,
+                ),
+                (
+                    "launch, no bind, a ring of 64 mirrors",
+                    Box::new(|| host(&mut || ring64.borrow_mut().launch(stream))),
                 ),
                 (
                     "plain graph launch",
@@ -496,6 +511,9 @@ pub fn print(host: &[(usize, Vec<Group>)]) {
             }
             if let Some(plain) = get("plain graph launch") {
                 line += &format!(" · launch alone ÷ plain graph launch {:.3}", base / plain);
+            }
+            if let Some(ring) = get("launch, no bind, a ring of 64 mirrors") {
+                line += &format!(" · launch alone on 64 mirrors ÷ on 4 {:.3}", ring / base);
             }
             println!(
                 "table: N={n:<5} group {} above launch alone: {line}",
