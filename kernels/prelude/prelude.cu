@@ -46,14 +46,27 @@ extern "C" __global__ void prelude_refresh_patch(const unsigned long long* mirro
                                                  unsigned long long* acks,
                                                  const PreludePatch* patches, unsigned int count)
 {
+    // The thread's first patch (device memory, fixed since the install) is read together with
+    // the count, and the mirror's word it needs is read together with the copy's (both host
+    // memory): one trip to each memory on the way to the patch, not two.
+    const unsigned int stride = gridDim.x * blockDim.x;
+    const unsigned int first = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool has_first = first < count;
+    PreludePatch p0 = {};
+    if (has_first) {
+        p0 = patches[first];
+    }
     const unsigned long long s = refresh_number(seq);
     const unsigned long long m = s % depth;
     const volatile unsigned long long* src = mirrors + m * words;
+    unsigned long long v0 = 0;
+    if (has_first) {
+        v0 = src[p0.slot];
+    }
     refresh_copy(src, table, words);
-    const unsigned int stride = gridDim.x * blockDim.x;
-    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += stride) {
-        PreludePatch p = patches[i];
-        unsigned long long value = src[p.slot] + p.interior;
+    for (unsigned int i = first; i < count; i += stride) {
+        PreludePatch p = i == first ? p0 : patches[i];
+        unsigned long long value = (i == first ? v0 : src[p.slot]) + p.interior;
         // A patch that did not take would leave the node on the last replay's buffer: stop the
         // graph (the launch fails with an error the host sees) rather than run it.
         if (cudaGraphKernelNodeSetParam(p.node, p.offset, &value, sizeof(value)) != cudaSuccess) {
