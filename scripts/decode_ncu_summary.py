@@ -25,7 +25,7 @@ def main(path):
     for (i, name), m in launches.items():
         us = float(m.get("gpu__time_duration.sum", 0)) / 1000
         mb = float(m.get("dram__bytes_read.sum", 0)) / 1e6
-        rest = " ".join(f"{e}={m[e]}" for e in extra if e in m)
+        rest = " · ".join(f"{e} {m[e]}" for e in extra if e in m)
         print(f"ncu: {i:>4} {name[:40]:40s} {us:8.2f} us {mb:8.2f} MB {mb / us if us else 0:5.2f} TB/s {rest}")
         t = totals.setdefault(name, [0, 0.0])
         t[0] += 1
