@@ -174,27 +174,26 @@ impl Model {
             // SAFETY: as above; the head holds vocab × d elements, the logits b × vocab, the
             // next tokens b; the best keys b words and the count one, zero between launches.
             return unsafe { s.launch(&k.gemv_norm_argmax, &cfg, args) };
-        } else {
-            add_norm(a, cur, final_norm)?;
-            s.cublas(blas, |bl| {
-                let (v, h) = (c.vocab, &a.h);
-                bl.gemm_bf16_f32(
-                    Op::T,
-                    Op::N,
-                    v,
-                    b,
-                    d,
-                    1.0,
-                    head,
-                    d,
-                    h,
-                    d,
-                    0.0,
-                    &mut logits,
-                    v,
-                )
-            })?;
         }
+        add_norm(a, cur, final_norm)?;
+        s.cublas(blas, |bl| {
+            let (v, h) = (c.vocab, &a.h);
+            bl.gemm_bf16_f32(
+                Op::T,
+                Op::N,
+                v,
+                b,
+                d,
+                1.0,
+                head,
+                d,
+                h,
+                d,
+                0.0,
+                &mut logits,
+                v,
+            )
+        })?;
         // SAFETY: as above.
         unsafe {
             let grid = (argmax_blocks(c.vocab), b as u32);

@@ -447,6 +447,10 @@ extern "C" __global__ void __launch_bounds__(1024)
 // caps the grid at this many per SM (`model::GEMV_BLOCKS_PER_SM`).
 #define GEMV_BLOCKS_PER_SM 2
 
+// The matrix-vector kernels' rows: warp w of the grid's W warps takes rows w, w + W, … .
+__device__ __forceinline__ int gemv_first_row() { return blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); }
+__device__ __forceinline__ int gemv_row_stride() { return gridDim.x * (blockDim.x >> 5); }
+
 struct GemvWarp {
     const uint4* next;  // the load cursor: this lane's chunk `part` of its current row
     int M, words, per_lane, first, stride, lane, part, steps, issued;
@@ -456,8 +460,8 @@ struct GemvWarp {
         words = k / 8;
         per_lane = (words + 31) / 32;
         lane = threadIdx.x & 31;
-        first = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-        stride = gridDim.x * (blockDim.x >> 5);
+        first = gemv_first_row();
+        stride = gemv_row_stride();
         int rows = first < M ? (M - first + stride - 1) / stride : 0;
         steps = rows * per_lane;
         next = (const uint4*)w + (size_t)(first < M ? first : 0) * words + lane;
@@ -691,12 +695,29 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int i) {
     return ((unsigned long long)ord << 32) | (unsigned long long)(0xffffffffu - (unsigned)i);
 }
 
+// Argmax's last step, by one thread of each block once it has folded its keys into best[0..n)
+// (atomicMax of argmax_key): counts the block in *done; the grid's last block writes out[0..n)
+// from the keys (0: no key, token 0) and resets best[0..n) and *done for the next launch (zero
+// at first: a launch stopped half-way leaves them dirty).
+__device__ __forceinline__ void argmax_publish(unsigned long long* best, unsigned* done, int* out,
+                                               int n, unsigned blocks) {
+    __threadfence();
+    if (atomicAdd(done, 1u) != blocks - 1) return;
+    // The last block: every other block's fold happened before its count.
+    __threadfence();
+    for (int r = 0; r < n; r++) {
+        unsigned long long k = atomicAdd(best + r, 0ull);
+        out[r] = k == 0 ? 0 : (int)(0xffffffffu - (unsigned)(k & 0xffffffffu));
+        best[r] = 0;
+    }
+    *done = 0;
+}
+
 // out[b] = the token PyTorch's bf16 model picks from these f32 logits: the index of the largest
 // logit rounded to bf16, the first of equal ones (NaN counted largest), as torch.argmax over
 // bf16 logits. Grid (blocks, batch), 1024 threads: block x takes the x-th share of the row (a
-// multiple of 4 logits), folds its best into best[b] (atomicMax of argmax_key) and counts itself
-// in done[b]; the last block of the row writes out[b] and resets both for the next launch (both
-// zero at first: a launch stopped half-way leaves them dirty).
+// multiple of 4 logits) and folds its best into best[b]; the row's blocks count in done[b]
+// (argmax_publish).
 extern "C" __global__ void argmax(const float* logits, int* out, int vocab,
                                   unsigned long long* best, unsigned* done) {
     PDL_START();
@@ -752,25 +773,16 @@ extern "C" __global__ void argmax(const float* logits, int* out, int vocab,
         for (int w = 1; w < warps; w++)
             if (beats(sv[w], si[w], bv, bi)) bv = sv[w], bi = si[w];
         if (bi != 0x7fffffff) atomicMax(best + b, argmax_key(bv, bi));
-        __threadfence();
-        if (atomicAdd(done + b, 1u) == gridDim.x - 1) {
-            // The last block of the row: every other block's fold happened before its count.
-            __threadfence();
-            unsigned long long k = atomicAdd(best + b, 0ull);
-            out[b] = k == 0 ? 0 : (int)(0xffffffffu - (unsigned)(k & 0xffffffffu));
-            best[b] = 0;
-            done[b] = 0;
-        }
+        argmax_publish(best + b, done + b, out + b, 1, gridDim.x);
     }
 }
 
 // The head: gemv_norm_bf16's product into f32 logits y, with the argmax fused in: out[r] = the
 // token the argmax kernel above picks from row r of y. Once its products are written, each warp
 // folds the argmax keys of the rows it wrote (the lanes over them, then shuffles) into the
-// block's, and each block its keys into best[r] (atomicMax of argmax_key), counting itself in
-// done[0]; the last block writes out[] and resets best[] and done[0] for the next launch (zero at
-// first, as the argmax kernel's). The fold is outside the products' unrolled loop: their code
-// is gemv_norm_bf16's.
+// block's, and each block its keys into best[r], the grid's blocks counting in done[0]
+// (argmax_publish). The fold is outside the products' unrolled loop: their code is
+// gemv_norm_bf16's.
 extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
     gemv_norm_argmax(const bf16* __restrict__ W, const bf16* x_in, const bf16* delta,
                      bf16* x_out, const bf16* w, float* y, int M, int K, int rows, float eps,
@@ -782,8 +794,7 @@ extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
     if (rows > 8) return;
     // This warp's rows, as GemvWarp takes them; lane 0 wrote their sums (ordered by the warp's
     // barrier).
-    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    int first = blockIdx.x * warps + (threadIdx.x >> 5), stride = gridDim.x * warps;
+    int lane = threadIdx.x & 31, first = gemv_first_row(), stride = gemv_row_stride();
     __syncwarp();
     for (int r = 0; r < rows; r++) {
         unsigned long long k = 0;
@@ -801,17 +812,7 @@ extern "C" __global__ void __launch_bounds__(256, GEMV_BLOCKS_PER_SM)
     if (threadIdx.x != 0) return;
     for (int r = 0; r < rows; r++)
         if (sbest[r] != 0) atomicMax(best + r, sbest[r]);
-    __threadfence();
-    if (atomicAdd(done, 1u) == gridDim.x - 1) {
-        // The last block: every other block's fold happened before its count.
-        __threadfence();
-        for (int r = 0; r < rows; r++) {
-            unsigned long long k = atomicAdd(best + r, 0ull);
-            out[r] = k == 0 ? 0 : (int)(0xffffffffu - (unsigned)(k & 0xffffffffu));
-            best[r] = 0;
-        }
-        *done = 0;
-    }
+    argmax_publish(best, done, out, rows, gridDim.x);
 }
 
 // dst[i] = src[i] over n 16-byte words (grid-stride): the copy whose bandwidth the example's
