@@ -1,2 +1,3 @@
 // The decode example's kernels for any GPU of compute capability 7.0 on (decode.cuh).
 #include "decode.cuh"
+#include "attention.cuh"

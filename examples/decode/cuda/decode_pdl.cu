@@ -3,3 +3,4 @@
 // (decode.cuh).
 #define DECODE_PDL
 #include "decode.cuh"
+#include "attention.cuh"
