@@ -15,9 +15,16 @@ fn main() {
 }
 
 /// The decode example's kernels whose parameters read table slots: the tokens in and the logits
-/// and next tokens out (pointers rebound every call), the position and the attended length
+/// and next tokens out (pointers rebound every call; the head's fused product writes both, so
+/// that a step of the example's own products has no word for a prelude to patch), the position and the attended length
 /// (scalars set every call: one capture serves every position).
-const DECODE_POINTERS: &[&str] = &["embed_norm:0", "argmax:0", "argmax:1"];
+const DECODE_POINTERS: &[&str] = &[
+    "embed_norm:0",
+    "argmax:0",
+    "argmax:1",
+    "gemv_norm_argmax:5",
+    "gemv_norm_argmax:10",
+];
 const DECODE_SCALARS: &[&str] = &["attention:9", "attention:10"];
 
 /// Writes `$OUT_DIR/decode_table.ptx` and `$OUT_DIR/decode_pdl_table.ptx` (the two modules with
@@ -37,7 +44,7 @@ fn decode_table_forms() {
         };
         let options = graph_rt_ptx::Options {
             kernels: Some(
-                ["embed_norm", "attention", "argmax"]
+                ["embed_norm", "attention", "argmax", "gemv_norm_argmax"]
                     .map(String::from)
                     .to_vec(),
             ),

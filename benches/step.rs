@@ -93,7 +93,14 @@ fn main() {
             Ok(())
         })
         .expect("capture");
-    let exec = graph.instantiate().expect("instantiate");
+    // Instantiated as the step instantiates its graph (uploaded at once): the same exec, launched
+    // through the table alone.
+    let exec = graph
+        .instantiate_with(&graph_rt::InstantiateOptions {
+            upload: Some(&stream),
+            ..Default::default()
+        })
+        .expect("instantiate");
 
     let step = std::cell::RefCell::new(step);
     let table = std::cell::RefCell::new(table);

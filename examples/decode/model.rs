@@ -117,8 +117,9 @@ pub struct Kernels {
     pub(crate) silu_mul: Function,
     pub(crate) gemv: Function,
     pub(crate) gemv_norm: Function,
-    /// The head's product (the final residual add and norm fused in) with the argmax fused in.
-    pub(crate) gemv_norm_argmax: Function,
+    /// The head's product (the final residual add and norm fused in) with the argmax fused in;
+    /// its logits and next tokens are table slots.
+    pub(crate) gemv_norm_argmax: TableKernel,
     pub(crate) gemv_silu: Function,
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
@@ -162,7 +163,7 @@ impl Kernels {
             silu_mul: module.function("silu_mul")?,
             gemv: module.function("gemv_bf16")?,
             gemv_norm: module.function("gemv_norm_bf16")?,
-            gemv_norm_argmax: module.function("gemv_norm_argmax")?,
+            gemv_norm_argmax: table("gemv_norm_argmax")?,
             gemv_silu: module.function("gemv_silu_bf16")?,
             copy: module.function("copy_words")?,
         })

@@ -45,7 +45,6 @@ impl Model {
             LaunchConfig::new((c.heads as u32, b as u32), 1024u32)
                 .shared_mem(attention_smem(c) as u32),
         );
-        let mut logits = s.buffer(&p.logits)?;
         let blas = &self.blas;
         let gemm = |m: usize,
                     kk: usize,
@@ -155,27 +154,27 @@ impl Model {
             // The head's product with the argmax fused in: no argmax kernel after it.
             let cfg = k.cfg(gemv_config(c.vocab, b, d, self.sms));
             let (x, y) = (&a.x[cur], &a.x[1 - cur]);
-            let next = s.buffer(&p.next)?;
             let args = (
                 head,
                 x,
                 &a.delta,
                 y,
                 final_norm,
-                &logits,
+                p.logits.slot(),
                 i(c.vocab),
                 i(d),
                 i(b),
                 EPS,
-                &next,
+                p.next.slot(),
                 &a.argmax_best,
                 &a.argmax_done,
             );
             // SAFETY: as above; the head holds vocab × d elements, the logits b × vocab, the
             // next tokens b; the best keys b words and the count one, zero between launches.
-            return unsafe { s.launch(&k.gemv_norm_argmax, &cfg, args) };
+            return unsafe { s.launch_table(&k.gemv_norm_argmax, &cfg, args) };
         }
         add_norm(a, cur, final_norm)?;
+        let mut logits = s.buffer(&p.logits)?;
         s.cublas(blas, |bl| {
             let (v, h) = (c.vocab, &a.h);
             bl.gemm_bf16_f32(
