@@ -64,7 +64,12 @@ struct Long {
 
 impl Long {
     fn new(ctx: &Context) -> Self {
-        let n = if sanitized() { 1 << 16 } else { 1 << 24 };
+        Self::times(ctx, 1)
+    }
+
+    /// A launch `k` times as long as [`Long::new`]'s.
+    fn times(ctx: &Context, k: usize) -> Self {
+        let n = k * if sanitized() { 1 << 16 } else { 1 << 24 };
         Self {
             f: function(ctx, &graph_rt_kernels::AXPY, "axpy_f32"),
             n,
@@ -430,20 +435,36 @@ fn the_exit_path_has_the_release_thread_destroy_parked_cublas_handles() {
     // A context of its own (the same primary context), since the exit path closes its queue.
     let ctx = Context::new(0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
-    let (blas, raw) = used_cublas(&ctx, &stream);
-    let before = DESTROYED.destroys_of(raw).len();
-    let mut long = Long::new(&ctx);
-    long.launch(&stream);
-    drop(blas);
-    if !sanitized() {
-        // Two checks, so that a failure (1 run in 6 in session 9) says which.
+    // The handle must be parked behind work that still runs when the exit path starts: a
+    // launch that ended first (the host thread descheduled between the launch and the check: 1
+    // run in 6 in session 9, once in session 12) is not a failure of the exit path but a test
+    // that did not happen, so it is made again behind a launch four times as long, up to four
+    // times.
+    let mut attempt = 0;
+    let (raw, before, long) = loop {
+        let (blas, raw) = used_cublas(&ctx, &stream);
+        let before = DESTROYED.destroys_of(raw).len();
+        let mut long = Long::times(&ctx, 1 << (2 * attempt));
+        long.launch(&stream);
+        drop(blas);
+        if sanitized() {
+            break (raw, before, long);
+        }
+        // Two checks, so that a failure says which.
         let (parked, idle) = (ctx.parked_batches(), stream.is_idle().unwrap());
+        if parked > 0 && !idle {
+            break (raw, before, long);
+        }
+        attempt += 1;
         assert!(
-            parked > 0 && !idle,
-            "nothing to test at the exit: {parked} batches parked, stream idle: {idle} (the \
-             launch ended before the drop, or the handle was not parked behind it)"
+            attempt < 4,
+            "nothing to test at the exit after {attempt} attempts: {parked} batches parked, \
+             stream idle: {idle} (the launch ended before the drop, or the handle was not parked \
+             behind it)"
         );
-    }
+        stream.synchronize().unwrap();
+        ctx.poll().unwrap();
+    };
     ctx.inner.tracker.close_as_at_exit();
     assert_eq!(ctx.parked_batches(), 0, "left parked by the exit path");
     assert!(
