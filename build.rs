@@ -16,8 +16,8 @@ fn main() {
 
 /// The decode example's kernels whose parameters read table slots: the tokens in and the logits
 /// and next tokens out (pointers rebound every call; the head's fused product writes both, so
-/// that a step of the example's own products has no word for a prelude to patch), the position and the attended length
-/// (scalars set every call: one capture serves every position).
+/// that a step of the example's own products has no word for a prelude to patch), the position
+/// and the attended length (scalars set every call: one capture serves every position).
 const DECODE_POINTERS: &[&str] = &[
     "embed_norm:0",
     "argmax:0",
