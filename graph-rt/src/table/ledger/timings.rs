@@ -11,6 +11,44 @@ use super::Ledger;
 use crate::table::keep::NOTHING;
 use crate::table::set::Layout;
 
+/// A ledger of `slots` unbound slots and a ring of four mirrors, as the timings measure it.
+fn ledger_of(slots: usize) -> Ledger<Arc<u64>> {
+    let mut ledger = Ledger::new(4);
+    for _ in 0..slots {
+        ledger.push_slot();
+    }
+    ledger
+}
+
+/// A prepared set's words and its keep.
+type SetWords = (Vec<u64>, Arc<u64>);
+
+/// The layout of every one of `slots` slots in order and `count` prepared sets' words over it.
+fn full_sets(slots: usize, count: usize) -> (Layout, Vec<SetWords>) {
+    let layout = Layout::new((0..slots as u32).collect());
+    let sets = (0..count)
+        .map(|s| {
+            let words = (0..slots)
+                .map(|i| ((s * slots + i) as u64 + 1) * 16)
+                .collect();
+            (words, Arc::new(s as u64))
+        })
+        .collect();
+    (layout, sets)
+}
+
+/// An 8 MiB buffer whose every line [`flush`] writes: more than the caches a core sees.
+fn cache_junk() -> Vec<u64> {
+    vec![0u64; 8 << 20 >> 3]
+}
+
+/// Evicts the ledger's lines from the CPU's caches (as a model's other host work between its
+/// steps would), by writing every line of `junk`.
+fn flush(junk: &mut [u64]) {
+    junk.iter_mut().step_by(8).for_each(|x| *x += 1);
+    std::hint::black_box(&junk);
+}
+
 /// Host cost of the ledger's part of binding (no assertion: a figure for the record), release
 /// builds only: `cargo test --release -p graph-rt --lib ledger_cost -- --ignored --nocapture`.
 #[test]
@@ -26,10 +64,7 @@ fn ledger_cost_per_binding() {
         .collect();
     let mut mirror = vec![0u64; slots.div_ceil(8) * 8];
     for rotate in [2usize, 3, 5] {
-        let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
-        for _ in 0..slots {
-            ledger.push_slot();
-        }
+        let mut ledger = ledger_of(slots);
         let mut best = f64::MAX;
         let mut best_stage = f64::MAX;
         for round in 0..2000 {
@@ -62,21 +97,10 @@ fn ledger_cost_per_binding() {
 #[ignore = "a timing, not a check"]
 fn set_cost_per_application() {
     let slots: usize = 1001;
-    let layout = Layout::new((0..slots as u32).collect());
-    let sets: Vec<(Vec<u64>, Arc<u64>)> = (0..3)
-        .map(|s| {
-            let words = (0..slots)
-                .map(|i| ((s * slots + i) as u64 + 1) * 16)
-                .collect();
-            (words, Arc::new(s as u64))
-        })
-        .collect();
+    let (layout, sets) = full_sets(slots, 3);
     let mut mirror = vec![0u64; slots.div_ceil(8) * 8];
     for rotate in [2usize, 3] {
-        let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
-        for _ in 0..slots {
-            ledger.push_slot();
-        }
+        let mut ledger = ledger_of(slots);
         let (mut apply, mut stage) = (f64::MAX, f64::MAX);
         for round in 0..4000 {
             let (words, token) = &sets[round % rotate];
@@ -109,10 +133,7 @@ fn ledger_cost_parts() {
                 .collect()
         })
         .collect();
-    let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
-    for _ in 0..slots {
-        ledger.push_slot();
-    }
+    let mut ledger = ledger_of(slots);
     let time = |f: &mut dyn FnMut(usize)| {
         let mut best = f64::MAX;
         for round in 0..3000 {
@@ -150,10 +171,7 @@ fn ledger_cost_parts() {
 #[ignore = "a timing, not a check"]
 fn tenth_cost() {
     let slots: usize = 1001;
-    let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
-    for _ in 0..slots {
-        ledger.push_slot();
-    }
+    let mut ledger = ledger_of(slots);
     let mut mirror = vec![0u64; slots.div_ceil(8) * 8];
     let (mut bind, mut stage) = (f64::MAX, f64::MAX);
     for round in 0..4000u64 {
@@ -195,20 +213,16 @@ fn tenth_random_against_all_warm_and_cold() {
     let picks: Vec<Vec<usize>> = (0..64)
         .map(|_| (0..k / 10).map(|_| rng.random_range(0..k)).collect())
         .collect();
-    let mut junk = vec![0u64; 8 << 20 >> 3];
+    let mut junk = cache_junk();
     for cold in [false, true] {
         let mut medians = Vec::new();
         for random in [false, true] {
-            let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
-            for _ in 0..k {
-                ledger.push_slot();
-            }
+            let mut ledger = ledger_of(k);
             let mut mirrors = vec![vec![0u64; k.div_ceil(8) * 8]; 4];
             let mut times = Vec::new();
             for round in 0..3000usize {
                 if cold {
-                    junk.iter_mut().step_by(8).for_each(|x| *x += 1);
-                    std::hint::black_box(&junk);
+                    flush(&mut junk);
                 }
                 let set = &sets[round % 2];
                 let t = std::time::Instant::now();
@@ -251,9 +265,8 @@ fn tenth_random_against_all_warm_and_cold() {
 #[ignore = "a timing, not a check"]
 fn stage_and_count_with_nothing_bound() {
     for slots in [11usize, 201, 1001] {
-        let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
+        let mut ledger = ledger_of(slots);
         for i in 0..slots {
-            ledger.push_slot();
             ledger.set(i, (i as u64 + 1) * 16, i, || None);
         }
         let mut mirrors = vec![vec![0u64; slots.div_ceil(8) * 8]; 4];
@@ -295,21 +308,10 @@ fn stage_and_count_with_nothing_bound() {
 #[ignore = "a timing, not a check"]
 fn stage_cold_mirror_of_every_word() {
     let slots = 1001usize;
-    let layout = Layout::new((0..slots as u32).collect());
-    let sets: Vec<(Vec<u64>, Arc<u64>)> = (0..2)
-        .map(|s| {
-            let words = (0..slots)
-                .map(|i| ((s * slots + i) as u64 + 1) * 16)
-                .collect();
-            (words, Arc::new(s as u64))
-        })
-        .collect();
-    let mut junk = vec![0u64; 8 << 20 >> 3];
+    let (layout, sets) = full_sets(slots, 2);
+    let mut junk = cache_junk();
     for cold in [false, true] {
-        let mut ledger: Ledger<Arc<u64>> = Ledger::new(4);
-        for _ in 0..slots {
-            ledger.push_slot();
-        }
+        let mut ledger = ledger_of(slots);
         let mut mirrors = vec![vec![0u64; slots.div_ceil(8) * 8]; 4];
         let mut times = Vec::new();
         for round in 0..3000usize {
@@ -317,8 +319,7 @@ fn stage_cold_mirror_of_every_word() {
             let view = layout.view(words, Arc::as_ptr(token) as usize);
             ledger.apply_set(&view, || token.clone());
             if cold {
-                junk.iter_mut().step_by(8).for_each(|x| *x += 1);
-                std::hint::black_box(&junk);
+                flush(&mut junk);
             }
             let (m, _) = ledger.next_mirror();
             let t = std::time::Instant::now();
