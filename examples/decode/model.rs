@@ -2,6 +2,8 @@
 //! example's own kernels (their table forms made by the top-level build.rs), one batch size's
 //! activations and K/V caches, and the step's work as the closure enqueues it.
 
+use std::sync::Mutex;
+
 use graph_rt::cublas::Cublas;
 use graph_rt::half::bf16;
 use graph_rt::step::{Buf, Scalar, StepParams};
@@ -123,6 +125,12 @@ pub struct Kernels {
     pub(crate) gemv_silu: Function,
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
+    /// The most input bytes a matrix-vector kernel stages (dynamic shared memory): what the
+    /// device allows a block, less the kernels' own static shared memory (decode.cuh's ring).
+    gemv_staged_limit: usize,
+    /// Blocks of the matrix-vector kernels an SM holds, by staged bytes (the driver's
+    /// occupancy, asked once a size).
+    gemv_blocks: Mutex<Vec<(usize, u32)>>,
 }
 
 impl Kernels {
@@ -154,7 +162,7 @@ impl Kernels {
             }
             f.set_max_dynamic_shared_bytes(attention_smem as i32)?;
         }
-        Ok(Self {
+        let mut k = Self {
             pdl,
             embed_norm: table("embed_norm")?,
             attention,
@@ -166,7 +174,76 @@ impl Kernels {
             gemv_norm_argmax: table("gemv_norm_argmax")?,
             gemv_silu: module.function("gemv_silu_bf16")?,
             copy: module.function("copy_words")?,
-        })
+            gemv_staged_limit: 0,
+            gemv_blocks: Mutex::new(Vec::new()),
+        };
+        // The matrix-vector kernels stage their input rows in dynamic shared memory, beside
+        // their static ring (32 KiB in the PDL build): let them have what the device allows.
+        let optin = ctx.device().attribute(
+            graph_rt::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?;
+        let mut limit = usize::MAX;
+        for f in k.gemvs() {
+            let staged =
+                (optin.max(0) as usize).saturating_sub(f.static_shared_bytes()?.max(0) as usize);
+            f.set_max_dynamic_shared_bytes(staged as i32)?;
+            limit = limit.min(staged);
+        }
+        k.gemv_staged_limit = limit;
+        Ok(k)
+    }
+
+    /// The matrix-vector kernels.
+    fn gemvs(&self) -> [&Function; 4] {
+        [
+            &self.gemv,
+            &self.gemv_norm,
+            &self.gemv_silu,
+            self.gemv_norm_argmax.function(),
+        ]
+    }
+
+    /// Whether the matrix-vector kernels take a product of `rows` rows over `k`: at most 8
+    /// rows, `k` a multiple of 8, the rows within the shared memory they may stage.
+    pub fn gemv_fits(&self, rows: usize, k: usize) -> bool {
+        rows <= 8 && k % 8 == 0 && rows * k * 2 <= self.gemv_staged_limit
+    }
+
+    /// A matrix-vector kernel's launch (programmatic as [`Kernels::cfg`]) for `m` output rows
+    /// of `rows` products over `k`: 8 warps a block, each warp streaming every (warps)-th
+    /// output row; as many blocks as the device holds at once with the input rows staged (or
+    /// one a row of 8).
+    pub(crate) fn gemv_cfg(
+        &self,
+        m: usize,
+        rows: usize,
+        k: usize,
+        sms: u32,
+    ) -> graph_rt::Result<LaunchConfig> {
+        let staged = rows * k * 2;
+        let known = {
+            let cache = self.gemv_blocks.lock().unwrap_or_else(|e| e.into_inner());
+            cache.iter().find(|(b, _)| *b == staged).map(|&(_, n)| n)
+        };
+        let per_sm = match known {
+            Some(n) => n,
+            None => {
+                let mut n = u32::MAX;
+                for f in self.gemvs() {
+                    n = n.min(f.max_active_blocks_per_sm(256, staged)?);
+                }
+                let mut cache = self.gemv_blocks.lock().unwrap_or_else(|e| e.into_inner());
+                cache.push((staged, n));
+                n
+            }
+        };
+        if per_sm == 0 {
+            return Err(fail(format!(
+                "the matrix-vector kernels cannot stage {rows} rows of {k} ({staged} bytes of shared memory) on this device"
+            )));
+        }
+        let blocks = (m.div_ceil(8) as u32).min(per_sm.saturating_mul(sms.max(1)));
+        Ok(self.cfg(LaunchConfig::new(blocks, 256u32).shared_mem(staged as u32)))
     }
 
     /// `c`, programmatic when these kernels are the PDL ones.
@@ -192,15 +269,9 @@ pub struct Variant {
 pub enum Gemms {
     /// cuBLAS (`cublasGemmEx`) for every product.
     Cublas,
-    /// The example's matrix-vector kernel where it applies ([`gemv_fits`]), cuBLAS elsewhere.
+    /// The example's matrix-vector kernel where it applies ([`Kernels::gemv_fits`]), cuBLAS
+    /// elsewhere.
     Own,
-}
-
-/// Whether the example's matrix-vector kernel takes a product of `rows` rows over `k`: at most
-/// 8 rows, `k` a multiple of 8, the rows within 48 KiB of shared memory less the kernels' own
-/// (32 bytes; 256 kept).
-pub fn gemv_fits(rows: usize, k: usize) -> bool {
-    rows <= 8 && k % 8 == 0 && rows * k * 2 + 256 <= 48 * 1024
 }
 
 /// What changes between a step's calls: the tokens in, the logits (f32: the head GEMM's result
@@ -324,16 +395,4 @@ pub fn attention_smem(c: &DecodeConfig) -> usize {
 /// Argmax's blocks a row: a share of about 4096 logits each, 1 to 32.
 pub(crate) fn argmax_blocks(vocab: usize) -> u32 {
     vocab.div_ceil(4096).clamp(1, 32) as u32
-}
-
-/// Blocks of the matrix-vector kernels an SM holds at once (decode.cuh's `GEMV_BLOCKS_PER_SM`,
-/// which bounds their registers to that).
-pub(crate) const GEMV_BLOCKS_PER_SM: u32 = 2;
-
-/// The matrix-vector kernel's launch: 8 warps a block, each warp streaming every (warps)-th
-/// output row, as many blocks as the device holds at once (or one a row of 8), the input rows in
-/// shared memory.
-pub(crate) fn gemv_config(m: usize, rows: usize, k: usize, sms: u32) -> LaunchConfig {
-    let blocks = (m.div_ceil(8) as u32).min(GEMV_BLOCKS_PER_SM * sms.max(1));
-    LaunchConfig::new(blocks, 256u32).shared_mem((rows * k * 2) as u32)
 }

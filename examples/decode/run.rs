@@ -11,7 +11,7 @@ use graph_rt::timing::quantiles;
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream};
 use serde_json::{json, Value};
 
-use crate::model::{fail, gemv_fits, token, Batch, Gemms, Model, Params, Variant};
+use crate::model::{fail, token, Batch, Gemms, Model, Params, Variant};
 use crate::GemmChoice;
 use crate::Options;
 
@@ -201,7 +201,7 @@ fn run_batch(
     // off where it has PDL), each captured and timed as a graph; the fastest is the step's
     // (--gemm and --no-pdl pin one).
     // The example's products apply where any one of them does (each product checks itself).
-    let own_fits = gemv_fits(rows, c.d) || gemv_fits(rows, c.mlp);
+    let own_fits = model.k.gemv_fits(rows, c.d) || model.k.gemv_fits(rows, c.mlp);
     let mut candidates = Vec::new();
     for gemms in [Gemms::Cublas, Gemms::Own] {
         for pdl in [true, false] {

@@ -7,9 +7,7 @@ use graph_rt::step::StepScope;
 use graph_rt::{DeviceBuffer, LaunchConfig};
 use graph_rt_dev::decode::reference::EPS;
 
-use crate::model::{
-    argmax_blocks, attention_smem, gemv_config, gemv_fits, Batch, Gemms, Model, Params, Variant,
-};
+use crate::model::{argmax_blocks, attention_smem, Batch, Gemms, Model, Params, Variant};
 
 impl Model {
     /// One decode step of batch `a` through the step's scope: embedding and norm; per layer the
@@ -36,7 +34,7 @@ impl Model {
         let (b, d, hd) = (a.rows, c.d, c.head_dim());
         let (qkv_w, attn_w, mlp) = ((c.heads + 2 * c.kv_heads) * hd, c.heads * hd, c.mlp);
         let own = v.gemms == Gemms::Own;
-        let (fuse_norm, fuse_silu) = (own && gemv_fits(b, d), own && gemv_fits(b, mlp));
+        let (fuse_norm, fuse_silu) = (own && k.gemv_fits(b, d), own && k.gemv_fits(b, mlp));
         let i = |n: usize| n as i32;
         // The first kernel after the table's refresh is never programmatic: it reads the slots.
         let first = LaunchConfig::new(b as u32, 256u32);
@@ -52,8 +50,8 @@ impl Model {
                     x: &DeviceBuffer<bf16>,
                     y: &mut DeviceBuffer<bf16>| {
             // y (m × b, column-major: row-major [b, m]) = W x, W row-major [m, kk].
-            if own && gemv_fits(b, kk) {
-                let cfg = k.cfg(gemv_config(m, b, kk, self.sms));
+            if own && k.gemv_fits(b, kk) {
+                let cfg = k.gemv_cfg(m, b, kk, self.sms)?;
                 // SAFETY: W holds m × kk, x b × kk and y b × m elements; kk a multiple of 8.
                 return unsafe { s.launch(&k.gemv, &cfg, (w, x, &*y, i(m), i(kk), i(b))) };
             }
@@ -106,7 +104,7 @@ impl Model {
                 EPS,
             );
             // SAFETY: as above.
-            unsafe { s.launch(&k.gemv_norm, &k.cfg(gemv_config(m, b, d, self.sms)), args) }
+            unsafe { s.launch(&k.gemv_norm, &k.gemv_cfg(m, b, d, self.sms)?, args) }
         };
         let dims = (i(c.heads), i(c.kv_heads), i(hd), i(c.max_len));
         for (l, w) in self.w.layers.iter().enumerate() {
@@ -137,7 +135,7 @@ impl Model {
                 gemm(2 * mlp, d, &w.up, &a.h, &mut a.gate_up)?;
             }
             if fuse_silu {
-                let cfg = k.cfg(gemv_config(d, b, mlp, self.sms));
+                let cfg = k.gemv_cfg(d, b, mlp, self.sms)?;
                 let args = (&w.down, &a.gate_up, &a.delta, i(d), i(mlp), i(b));
                 // SAFETY: as above.
                 unsafe { s.launch(&k.gemv_silu, &cfg, args)? };
@@ -152,7 +150,7 @@ impl Model {
         let (head, final_norm) = (&self.w.head, &self.w.final_norm);
         if fuse_norm {
             // The head's product with the argmax fused in: no argmax kernel after it.
-            let cfg = k.cfg(gemv_config(c.vocab, b, d, self.sms));
+            let cfg = k.gemv_cfg(c.vocab, b, d, self.sms)?;
             let (x, y) = (&a.x[cur], &a.x[1 - cur]);
             let args = (
                 head,

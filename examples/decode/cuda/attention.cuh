@@ -1,5 +1,5 @@
 // The decode example's attention kernel, included by decode.cu and decode_pdl.cu after
-// decode.cuh, whose helpers it uses (its own file: decode.cuh holds the rest).
+// decode.cuh, whose helpers it uses (its own file: decode.cuh and gemv.cuh hold the rest).
 
 // Attention of one head of one batch row at position `pos` (grid: heads × batch; up to 1024
 // threads, a multiple of 32; dynamic shared memory: attention_smem_floats(max_len, head_dim)

@@ -3,4 +3,5 @@
 // (decode.cuh).
 #define DECODE_PDL
 #include "decode.cuh"
+#include "gemv.cuh"
 #include "attention.cuh"

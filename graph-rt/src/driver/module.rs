@@ -298,6 +298,30 @@ impl Function {
         self.attribute(FnAttr::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
     }
 
+    /// How many blocks of `block_threads` threads, each with `dynamic_shared` bytes of dynamic
+    /// shared memory, one multiprocessor holds at once
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`): what a persistent kernel sizes its grid
+    /// by. 0 when one such block does not fit (too many threads, registers or shared bytes).
+    pub fn max_active_blocks_per_sm(
+        &self,
+        block_threads: u32,
+        dynamic_shared: usize,
+    ) -> Result<u32> {
+        // More than i32 holds is more than any block has: the driver refuses or fits none.
+        let threads = block_threads.min(i32::MAX as u32) as i32;
+        let mut n = 0;
+        // SAFETY: valid out-pointer and function; the driver validates the sizes.
+        unsafe {
+            cu!(cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                &mut n,
+                self.inner.raw,
+                threads,
+                dynamic_shared
+            ))
+        }?;
+        Ok(n.max(0) as u32)
+    }
+
     /// Sets one function attribute (`cuFuncSetAttribute`), such as
     /// `CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED`.
     pub fn set_attribute(&self, attribute: FnAttr, value: i32) -> Result<()> {

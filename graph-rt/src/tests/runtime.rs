@@ -250,6 +250,16 @@ fn module_errors_carry_the_jit_log_and_the_name() {
         [4, 8, 8, 4]
     );
     assert!(f.max_threads_per_block().unwrap() >= 256);
+    // Occupancy: some blocks of 256 fit an SM; a block of more threads than any launch has, or
+    // more dynamic shared memory than an SM has, fits none (0, not an error).
+    let fit = f.max_active_blocks_per_sm(256, 0).unwrap();
+    assert!((1..=64).contains(&fit), "{fit}");
+    assert!(f
+        .max_active_blocks_per_sm(256, 4 << 20)
+        .map_or(true, |n| n == 0));
+    assert!(f
+        .max_active_blocks_per_sm(u32::MAX, 0)
+        .map_or(true, |n| n == 0));
     // The function keeps the module loaded after the module handle is dropped.
     drop(m);
     let stream = Stream::new(&ctx).unwrap();

@@ -40,6 +40,8 @@ inline Dim3 blockIdx, blockDim, gridDim;
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 #define EMU_ASM(...) ((void)0)
+// decode.cuh's code with a CPU form (GemvRing's cp.async slots).
+#define DECODE_EMULATED 1
 
 inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
 inline float __int_as_float(int i) { return std::bit_cast<float>(i); }

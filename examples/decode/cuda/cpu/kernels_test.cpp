@@ -5,6 +5,7 @@
 // the first difference beyond bf16's rounding, naming the kernel and the element.
 #include "emulate.h"
 #include "decode.cuh"
+#include "gemv.cuh"
 #include "attention.cuh"
 
 #include <algorithm>
