@@ -400,17 +400,39 @@ fn used_cublas(ctx: &Context, stream: &Stream) -> (Cublas, *mut std::ffi::c_void
 fn a_dropped_cublas_handle_is_destroyed_by_the_release_thread_without_any_call() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let (blas, raw) = used_cublas(&ctx, &stream);
-    let before = DESTROYED.destroys_of(raw).len();
-    let mut long = Long::new(&ctx);
-    long.launch(&stream);
-    drop(blas);
-    if !sanitized() {
+    // The handle must be dropped while the launch still runs: a launch that ended first (the
+    // host thread descheduled between the launch and the check: once in session 13's final
+    // suite) is a test that did not happen, made again behind a launch four times as long, up
+    // to four times (as the exit-path test below). A handle destroyed under running work fails
+    // at once.
+    let mut attempt = 0;
+    let (raw, before, long) = loop {
+        let (blas, raw) = used_cublas(&ctx, &stream);
+        let before = DESTROYED.destroys_of(raw).len();
+        let mut long = Long::times(&ctx, 1 << (2 * attempt));
+        long.launch(&stream);
+        drop(blas);
+        if sanitized() {
+            break (raw, before, long);
+        }
+        // Destroyed first, idle after: destroyed and then still running is destroyed under it.
+        let destroyed = DESTROYED.destroys_of(raw).len() > before;
+        let idle = stream.is_idle().unwrap();
         assert!(
-            !stream.is_idle().unwrap() && DESTROYED.destroys_of(raw).len() == before,
-            "the launch ended before the drop, or the handle was destroyed under it"
+            idle || !destroyed,
+            "the handle was destroyed under running work"
         );
-    }
+        if !idle {
+            break (raw, before, long);
+        }
+        attempt += 1;
+        assert!(
+            attempt < 4,
+            "the launch ended before the drop in {attempt} attempts"
+        );
+        stream.synchronize().unwrap();
+        ctx.poll().unwrap();
+    };
     assert!(
         eventually(|| DESTROYED.destroys_of(raw).len() > before),
         "the handle was not destroyed within {:?} without poll or synchronize",
