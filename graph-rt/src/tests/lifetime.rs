@@ -393,6 +393,41 @@ fn used_cublas(ctx: &Context, stream: &Stream) -> (Cublas, *mut std::ffi::c_void
     (blas, raw)
 }
 
+/// A used cuBLAS handle on `stream` dropped right after a long launch there: its address, its
+/// destroys counted before the drop, and the launch. `ready(raw, before)`, checked right after
+/// the drop (not under a sanitizer, which slows the host), says whether the test can go on
+/// (Ok) or why not: a launch that ended first (the host thread descheduled between the launch
+/// and the check: 1 run in 6 in session 9, once each in sessions 12 and 13) is not a failure of
+/// what is tested but a test that did not happen, so it is made again behind a launch four
+/// times as long, up to four times.
+fn dropped_behind_a_launch(
+    ctx: &Context,
+    stream: &Stream,
+    mut ready: impl FnMut(*mut std::ffi::c_void, usize) -> Result<(), String>,
+) -> (*mut std::ffi::c_void, usize, Long) {
+    for attempt in 0..4 {
+        let (blas, raw) = used_cublas(ctx, stream);
+        let before = DESTROYED.destroys_of(raw).len();
+        let mut long = Long::times(ctx, 1 << (2 * attempt));
+        long.launch(stream);
+        drop(blas);
+        let why = if sanitized() {
+            Ok(())
+        } else {
+            ready(raw, before)
+        };
+        match why {
+            Ok(()) => return (raw, before, long),
+            Err(why) if attempt == 3 => panic!("nothing to test after 4 attempts: {why}"),
+            Err(_) => {
+                stream.synchronize().unwrap();
+                ctx.poll().unwrap();
+            }
+        }
+    }
+    unreachable!("the last attempt returns or panics")
+}
+
 /// A cuBLAS handle dropped while its stream still runs, in a live program: the release thread
 /// destroys it (`cublasDestroy_v2`) once the stream's work is done, with no poll or synchronize.
 #[test]
@@ -400,21 +435,9 @@ fn used_cublas(ctx: &Context, stream: &Stream) -> (Cublas, *mut std::ffi::c_void
 fn a_dropped_cublas_handle_is_destroyed_by_the_release_thread_without_any_call() {
     let ctx = ctx();
     let stream = Stream::new(&ctx).unwrap();
-    // The handle must be dropped while the launch still runs: a launch that ended first (the
-    // host thread descheduled between the launch and the check: once in session 13's final
-    // suite) is a test that did not happen, made again behind a launch four times as long, up
-    // to four times (as the exit-path test below). A handle destroyed under running work fails
-    // at once.
-    let mut attempt = 0;
-    let (raw, before, long) = loop {
-        let (blas, raw) = used_cublas(&ctx, &stream);
-        let before = DESTROYED.destroys_of(raw).len();
-        let mut long = Long::times(&ctx, 1 << (2 * attempt));
-        long.launch(&stream);
-        drop(blas);
-        if sanitized() {
-            break (raw, before, long);
-        }
+    // The handle must be dropped while the launch still runs (see `dropped_behind_a_launch`);
+    // one destroyed under running work fails at once.
+    let (raw, before, long) = dropped_behind_a_launch(&ctx, &stream, |raw, before| {
         // Destroyed first, idle after: destroyed and then still running is destroyed under it.
         let destroyed = DESTROYED.destroys_of(raw).len() > before;
         let idle = stream.is_idle().unwrap();
@@ -422,17 +445,10 @@ fn a_dropped_cublas_handle_is_destroyed_by_the_release_thread_without_any_call()
             idle || !destroyed,
             "the handle was destroyed under running work"
         );
-        if !idle {
-            break (raw, before, long);
-        }
-        attempt += 1;
-        assert!(
-            attempt < 4,
-            "the launch ended before the drop in {attempt} attempts"
-        );
-        stream.synchronize().unwrap();
-        ctx.poll().unwrap();
-    };
+        (!idle)
+            .then_some(())
+            .ok_or("the launch ended before the drop".to_string())
+    });
     assert!(
         eventually(|| DESTROYED.destroys_of(raw).len() > before),
         "the handle was not destroyed within {:?} without poll or synchronize",
@@ -457,36 +473,15 @@ fn the_exit_path_has_the_release_thread_destroy_parked_cublas_handles() {
     // A context of its own (the same primary context), since the exit path closes its queue.
     let ctx = Context::new(0).unwrap();
     let stream = Stream::new(&ctx).unwrap();
-    // The handle must be parked behind work that still runs when the exit path starts: a
-    // launch that ended first (the host thread descheduled between the launch and the check: 1
-    // run in 6 in session 9, once in session 12) is not a failure of the exit path but a test
-    // that did not happen, so it is made again behind a launch four times as long, up to four
-    // times.
-    let mut attempt = 0;
-    let (raw, before, long) = loop {
-        let (blas, raw) = used_cublas(&ctx, &stream);
-        let before = DESTROYED.destroys_of(raw).len();
-        let mut long = Long::times(&ctx, 1 << (2 * attempt));
-        long.launch(&stream);
-        drop(blas);
-        if sanitized() {
-            break (raw, before, long);
-        }
+    // The handle must be parked behind work that still runs when the exit path starts.
+    let (raw, before, long) = dropped_behind_a_launch(&ctx, &stream, |_, _| {
         // Two checks, so that a failure says which.
         let (parked, idle) = (ctx.parked_batches(), stream.is_idle().unwrap());
-        if parked > 0 && !idle {
-            break (raw, before, long);
-        }
-        attempt += 1;
-        assert!(
-            attempt < 4,
-            "nothing to test at the exit after {attempt} attempts: {parked} batches parked, \
-             stream idle: {idle} (the launch ended before the drop, or the handle was not parked \
-             behind it)"
-        );
-        stream.synchronize().unwrap();
-        ctx.poll().unwrap();
-    };
+        (parked > 0 && !idle).then_some(()).ok_or(format!(
+            "{parked} batches parked, stream idle: {idle} (the launch ended before the drop, or \
+             the handle was not parked behind it)"
+        ))
+    });
     ctx.inner.tracker.close_as_at_exit();
     assert_eq!(ctx.parked_batches(), 0, "left parked by the exit path");
     assert!(
