@@ -15,7 +15,7 @@
 // 9.0 on), in a ring of shared memory that cp.async fills — no registers held, so a block needs
 // few and an SM holds four, 32 warps and 128 KiB of weights in flight (on an H200 at batch 1,
 // `run.sh kernels`: the 32000 × 1024 head with its argmax 39.3 → 24.5 µs, 1.67 → 2.68 TB/s);
-// elsewhere (and on the CPU) in registers, two blocks an SM.
+// elsewhere in registers, two blocks an SM (scripts/decode-kernels-on-cpu runs both builds).
 #ifdef DECODE_PDL
 #define GEMV_ASYNC 1
 #endif
