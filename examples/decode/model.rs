@@ -126,7 +126,7 @@ pub struct Kernels {
     /// A plain copy kernel: the bandwidth the weight-read floor is measured with.
     pub copy: Function,
     /// The most input bytes a matrix-vector kernel stages (dynamic shared memory): what the
-    /// device allows a block, less the kernels' own static shared memory (decode.cuh's ring).
+    /// device allows a block, less the kernels' own static shared memory (gemv.cuh's ring).
     gemv_staged_limit: usize,
     /// Blocks of the matrix-vector kernels an SM holds, by staged bytes (the driver's
     /// occupancy, asked once a size).
