@@ -40,7 +40,7 @@ inline Dim3 blockIdx, blockDim, gridDim;
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 #define EMU_ASM(...) ((void)0)
-// decode.cuh's code with a CPU form (GemvRing's cp.async slots).
+// Code of the headers with a CPU form of its own (gemv.cuh's GemvRing: its cp.async slots).
 #define DECODE_EMULATED 1
 
 inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
