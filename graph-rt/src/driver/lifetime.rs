@@ -125,12 +125,14 @@ struct Shared {
     // Batches released and leaked by `release_everything` at exit (for the exit hook's report).
     exit_released: AtomicUsize,
     exit_leaked: AtomicUsize,
+    // The release thread, until teardown or the exit hook joins it (or hands it to the exit
+    // hook: see `exit::leave_unjoined`).
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A context's parked batches and its release thread.
 pub(crate) struct Tracker {
     shared: Arc<Shared>,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// Tells, without keeping it, whether a queue and its release thread are gone (for tests).
@@ -160,12 +162,10 @@ impl Tracker {
             reclaims: AtomicUsize::new(0),
             exit_released: AtomicUsize::new(0),
             exit_leaked: AtomicUsize::new(0),
+            thread: Mutex::new(None),
         });
         exit::register(&shared);
-        Self {
-            shared,
-            thread: Mutex::new(None),
-        }
+        Self { shared }
     }
 
     /// Parks `parked` until the work queued on `stream` so far has finished. The context must
@@ -238,7 +238,7 @@ impl Tracker {
             .name("graph-rt-release".into())
             .spawn(move || release_thread(&shared));
         match spawned {
-            Ok(handle) => *self.thread.lock() = Some(handle),
+            Ok(handle) => *self.shared.thread.lock() = Some(handle),
             // No thread: batches wait for `poll`, `synchronize`, a reclaim or teardown, and
             // memory is freed where it is dropped.
             Err(e) => {
@@ -321,11 +321,14 @@ impl Tracker {
     /// stops the release thread, then releases what is still parked, waiting for its points.
     pub(crate) fn teardown(&self) {
         self.shared.close();
-        if let Some(handle) = self.thread.lock().take() {
+        if let Some(handle) = self.shared.thread.lock().take() {
             // The context may be torn down by the release thread itself, dropping the last
-            // batch that held it: it cannot wait for itself, and stops once that release returns.
+            // batch that held it: it cannot wait for itself, and stops once that release
+            // returns; the exit hook joins it if the process ends first.
             if handle.thread().id() != std::thread::current().id() {
                 let _ = handle.join();
+            } else {
+                exit::leave_unjoined(handle);
             }
         }
         self.shared.release_everything(TEARDOWN_PATIENCE, None);

@@ -23,6 +23,13 @@
 //! than give up on them. Where a queue has no release thread (it could not be started, or the hook
 //! runs on it), a thread started for the purpose does it, or, failing that, the hook's own.
 //!
+//! A thread that has returned from its work has not ended yet: its thread-local destructors still
+//! run, the driver's per-thread state among them, and must not meet the driver's own teardown (a
+//! fault at exit, seen once under racecheck). So the hook joins every thread graph-rt started
+//! before it returns: each live queue's release thread once it has stopped, a release thread that
+//! tore its own context down (it could not join itself: [`leave_unjoined`]), and the thread it
+//! starts to release elsewhere.
+//!
 //! The hook may run on any thread (`std::process::exit` from a worker), while other threads still
 //! use graph-rt, and while a capture runs: it waits a bounded time for the device to finish with
 //! what is parked and for each thread to stop, and releases nothing while a global-mode capture
@@ -30,6 +37,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -45,6 +53,9 @@ static ARMED_AT: Mutex<u64> = Mutex::new(0);
 static ARMED_AT_FAST: AtomicU64 = AtomicU64::new(0);
 /// The hook has run (its older registrations then do nothing).
 static RAN: AtomicBool = AtomicBool::new(false);
+/// Release threads that tore their own context down, for the hook to join (see
+/// [`leave_unjoined`]).
+static UNJOINED: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 
 /// How long the hook waits, past [`DEVICE_PATIENCE`], for the release threads to finish
 /// releasing and stop.
@@ -54,6 +65,38 @@ pub(super) const CAPTURE_PATIENCE: Duration = Duration::from_millis(200);
 /// How long it waits for the device to finish with what is parked (a launch that never ends
 /// must not hang the exit: what it uses is leaked).
 const DEVICE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// Keeps `handle`, a release thread whose context was torn down on it (it stops once that
+/// release returns), for the hook to join, and joins those kept before that have ended.
+pub(super) fn leave_unjoined(handle: JoinHandle<()>) {
+    let ended: Vec<JoinHandle<()>> = {
+        let mut kept = UNJOINED.lock();
+        let (ended, running) = kept.drain(..).partition(|h| h.is_finished());
+        *kept = running;
+        kept.push(handle);
+        ended
+    };
+    for h in ended {
+        let _ = h.join();
+    }
+}
+
+/// Joins `handle` once its thread has returned from its work, waiting until `until` at most
+/// (then it is left running); not the calling thread. Returns whether it was joined.
+fn join_by(handle: JoinHandle<()>, until: Instant) -> bool {
+    if handle.thread().id() == std::thread::current().id() {
+        return false;
+    }
+    while !handle.is_finished() {
+        if Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    // Returned: `join` waits for the thread-local destructors that remain.
+    let _ = handle.join();
+    true
+}
 
 /// Registers a new queue, and the exit hook unless it is registered after every library loaded
 /// so far.
@@ -182,6 +225,16 @@ pub(super) fn close_queues(queues: &[Arc<Shared>]) {
     for (shared, handed) in queues.iter().zip(handed) {
         finish(shared, handed, deadline);
     }
+    let patience = deadline + THREAD_PATIENCE;
+    let threads = queues
+        .iter()
+        .filter_map(|q| q.thread.lock().take())
+        .chain(std::mem::take(&mut *UNJOINED.lock()));
+    for handle in threads {
+        if !join_by(handle, patience) {
+            tracing::warn!("graph-rt: a release thread did not end at exit");
+        }
+    }
     if parked > 0 {
         let count = |c: fn(&Shared) -> &std::sync::atomic::AtomicUsize| -> usize {
             queues.iter().map(|q| c(q).load(Ordering::Relaxed)).sum()
@@ -235,22 +288,17 @@ fn release_elsewhere(shared: &Arc<Shared>, deadline: Instant) {
     if releasing() {
         return here();
     }
-    let (done, wait) = std::sync::mpsc::channel::<()>();
     let theirs = shared.clone();
     // Starting a thread inside an exit handler may fail, or panic in std's bookkeeping of the
     // exiting thread: then the releasing is done here.
     let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         std::thread::Builder::new()
             .name("graph-rt-exit".into())
-            .spawn(move || {
-                theirs.release_everything(CAPTURE_PATIENCE, Some(deadline));
-                let _ = done.send(());
-            })
+            .spawn(move || theirs.release_everything(CAPTURE_PATIENCE, Some(deadline)))
     }));
     match spawned {
-        Ok(Ok(_)) => {
-            let patience = (deadline + THREAD_PATIENCE).saturating_duration_since(Instant::now());
-            if wait.recv_timeout(patience).is_err() {
+        Ok(Ok(handle)) => {
+            if !join_by(handle, deadline + THREAD_PATIENCE) {
                 tracing::warn!(
                     "graph-rt: the releasing at exit did not finish: leaving what it holds"
                 );

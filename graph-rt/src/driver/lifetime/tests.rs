@@ -47,7 +47,6 @@ fn quiet_queue() -> Tracker {
     q
 }
 
-/// Waits up to 2 s for `done`.
 /// Sets `points`, in order, from another thread after 30 ms (while the caller waits on them).
 fn pass_later(points: &[&Arc<AtomicBool>]) -> std::thread::JoinHandle<()> {
     let points: Vec<Arc<AtomicBool>> = points.iter().map(|f| Arc::clone(f)).collect();
@@ -59,6 +58,7 @@ fn pass_later(points: &[&Arc<AtomicBool>]) -> std::thread::JoinHandle<()> {
     })
 }
 
+/// Waits up to 2 s for `done`.
 fn eventually(what: &str, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(2);
     while !done() {
@@ -363,6 +363,66 @@ fn exit_releases_on_the_release_thread_not_on_the_exiting_one() {
     setter.join().unwrap();
 }
 
+/// Sets its flag from a thread-local destructor of the thread that dropped it, 50 ms after that
+/// thread has returned from its work (as the driver's per-thread state is torn down when a
+/// thread that called it ends).
+struct EndsSlowly(Arc<AtomicBool>);
+
+struct SlowEnd(Arc<AtomicBool>);
+
+impl Drop for SlowEnd {
+    fn drop(&mut self) {
+        std::thread::sleep(Duration::from_millis(50));
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+thread_local! {
+    static SLOW_END: std::cell::RefCell<Option<SlowEnd>> = const { std::cell::RefCell::new(None) };
+}
+
+impl Drop for EndsSlowly {
+    fn drop(&mut self) {
+        SLOW_END.with(|e| *e.borrow_mut() = Some(SlowEnd(self.0.clone())));
+    }
+}
+
+#[test]
+fn exit_waits_for_the_release_thread_to_end_not_only_to_stop() {
+    let _serial = SERIAL.lock();
+    let q = Tracker::new(std::ptr::null_mut());
+    let (f, ended) = (flag(), flag());
+    park(&q, &f, EndsSlowly(ended.clone()));
+    f.store(true, Ordering::Release);
+    eventually("released", || q.parked() == 0);
+    super::exit::close(&q.shared);
+    assert!(
+        ended.load(Ordering::Acquire),
+        "the hook returned before the release thread's thread-locals were destroyed"
+    );
+}
+
+#[test]
+fn exit_joins_a_release_thread_that_tore_its_own_queue_down() {
+    let _serial = SERIAL.lock();
+    let owner = Arc::new(Owner(Tracker::new(std::ptr::null_mut())));
+    let shared = owner.0.shared.clone();
+    let (f, ended) = (flag(), flag());
+    park(&owner.0, &f, (owner.clone(), EndsSlowly(ended.clone())));
+    drop(owner);
+    f.store(true, Ordering::Release);
+    // The release drops the last holder: teardown on the release thread, which then stops.
+    eventually("the thread stopped", || {
+        let state = shared.state.lock();
+        state.closed && !state.running
+    });
+    super::exit::close(&shared);
+    assert!(
+        ended.load(Ordering::Acquire),
+        "the hook returned before the release thread had ended"
+    );
+}
+
 #[test]
 fn exit_without_a_release_thread_releases_on_a_thread_started_for_it() {
     let _serial = SERIAL.lock();
@@ -374,6 +434,13 @@ fn exit_without_a_release_thread_releases_on_a_thread_started_for_it() {
     super::exit::close(&q.shared);
     assert_eq!(q.parked(), 0);
     assert_eq!(*names.lock(), [Some("graph-rt-exit".to_owned())]);
+    // That thread has ended, not only released, when the hook returns.
+    let (g, ended) = (flag(), flag());
+    let q = quiet_queue();
+    park(&q, &g, EndsSlowly(ended.clone()));
+    g.store(true, Ordering::Release);
+    super::exit::close(&q.shared);
+    assert!(ended.load(Ordering::Acquire));
 }
 
 #[test]
