@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use graph_rt_sys::{CUstream, CUstream_flags};
+use graph_rt_sys::{CUcontext, CUstream, CUstream_flags};
 
 use super::call::{cu, cu_code};
 use super::Event;
@@ -43,6 +43,8 @@ pub struct Stream {
 
 pub(crate) struct StreamInner {
     raw: CUstream,
+    // `ctx`'s handle beside the stream's: the launch paths compare it on every launch.
+    ctx_raw: CUcontext,
     ctx: Context,
     owned: bool,
     // The foreign owner of a wrapped stream (a cudarc `CudaStream`), kept alive with it.
@@ -114,6 +116,7 @@ impl Stream {
         Self {
             inner: Arc::new(StreamInner {
                 raw,
+                ctx_raw: ctx.as_raw(),
                 ctx: ctx.clone(),
                 owned,
                 _owner: owner,
@@ -131,6 +134,25 @@ impl Stream {
     #[inline]
     pub fn context(&self) -> &Context {
         &self.inner.ctx
+    }
+
+    /// The raw handle of this stream's context (what [`Stream::context`]'s `as_raw` returns,
+    /// read without leaving the stream's own state).
+    #[inline]
+    pub(crate) fn context_raw(&self) -> CUcontext {
+        self.inner.ctx_raw
+    }
+
+    /// Makes this stream's context current on the calling thread unless it already is, as
+    /// [`Context::bind`] does, reading only the stream's own state (the launch paths' way).
+    #[inline]
+    pub(crate) fn bind_context(&self) -> Result<()> {
+        let raw = self.inner.ctx_raw;
+        if super::current_raw()? != raw {
+            // SAFETY: the stream holds its context alive (`StreamInner::ctx`).
+            unsafe { cu!(cuCtxSetCurrent(raw)) }?;
+        }
+        Ok(())
     }
 
     pub(crate) fn ctx_inner(&self) -> &Arc<ContextInner> {

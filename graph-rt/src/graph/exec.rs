@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use graph_rt_sys::{CUgraphExec, CUgraphInstantiate_flags as F, CUgraphNode};
+use graph_rt_sys::{CUcontext, CUgraphExec, CUgraphInstantiate_flags as F, CUgraphNode};
 
 use super::graph::{
     copy_params, kernel_params, memset_params, Graph, GraphHandle, KernelInfo, Node,
@@ -64,6 +64,8 @@ impl InstantiateOptions<'_> {
 /// ```
 pub struct GraphExec {
     pub(super) raw: CUgraphExec,
+    // `ctx`'s handle, compared on every launch without reaching the context's shared state.
+    pub(super) ctx_raw: CUcontext,
     pub(super) ctx: Context,
     // The graph instantiated: its nodes name this exec's nodes in per-node updates.
     pub(super) graph: Arc<GraphHandle>,
@@ -137,6 +139,7 @@ impl Graph {
         self.handle.execs.fetch_add(1, Ordering::AcqRel);
         Ok(GraphExec {
             raw,
+            ctx_raw: self.ctx.as_raw(),
             ctx: self.ctx.clone(),
             graph: self.handle.clone(),
             flags,
@@ -223,7 +226,7 @@ impl GraphExec {
 
     fn same_context(&self, stream: &Stream, call: &'static str) -> Result<()> {
         let msg = "the stream belongs to another context than the graph";
-        let same = stream.context().as_raw() == self.ctx.as_raw();
+        let same = stream.context_raw() == self.ctx_raw;
         same.then_some(())
             .ok_or_else(|| Error::misuse(call, Misuse::OtherContext, msg))
     }
@@ -281,7 +284,7 @@ impl GraphExec {
             self.upload(stream)?;
         }
         self.same_context(stream, "cuGraphLaunch")?;
-        stream.context().bind()?;
+        stream.bind_context()?;
         // SAFETY: valid exec and stream of its context; every resource the nodes use is kept
         // alive by this exec while a launch may read it, and drop parks it until the last
         // launch has finished.

@@ -24,6 +24,10 @@ pub(super) struct Changes {
     written: Vec<u64>,
     /// Stagings so far (each a new id, failed launches included).
     stagings: u64,
+    /// How many windows (the current one and the history's) list a change: while none does, a
+    /// staging writes nothing and a launch moves no window, touching none of their memory (a
+    /// launch with nothing rebound).
+    nonempty: usize,
 }
 
 #[derive(Default)]
@@ -33,6 +37,10 @@ struct Window {
 }
 
 impl Window {
+    fn is_empty(&self) -> bool {
+        self.blocks.is_empty() && !self.all
+    }
+
     fn clear(&mut self) {
         self.blocks.clear();
         self.all = false;
@@ -48,7 +56,15 @@ impl Changes {
             history: (0..depth.max(1)).map(|_| Window::default()).collect(),
             written: Vec::new(),
             stagings: 0,
+            nonempty: 0,
         }
+    }
+
+    /// Whether staging launch `seq` may write anything: the ring is still filling, or a window
+    /// since a mirror was written lists a change.
+    #[inline]
+    pub(super) fn pending(&self, seq: u64) -> bool {
+        seq < self.history.len() as u64 || self.nonempty > 0
     }
 
     /// Mirrors in the ring.
@@ -77,6 +93,9 @@ impl Changes {
         let stamp = seq + 1;
         if self.stamp[b] != stamp {
             self.stamp[b] = stamp;
+            if self.current.is_empty() {
+                self.nonempty += 1;
+            }
             // `b` < 2^29: a table holds fewer than 2^32 words.
             self.current.blocks.push(b as u32);
         }
@@ -84,6 +103,9 @@ impl Changes {
 
     /// Every word changed before launch `seq`.
     pub(super) fn mark_all(&mut self, seq: u64) {
+        if self.current.is_empty() {
+            self.nonempty += 1;
+        }
         self.all = seq + 1;
         self.current.all = true;
     }
@@ -98,6 +120,10 @@ impl Changes {
         if seq < depth {
             mirror[..n].copy_from_slice(words);
             return n;
+        }
+        if self.nonempty == 0 {
+            // Nothing changed in any window since the mirror was written.
+            return 0;
         }
         // The mirror holds what was staged for launch `seq - depth`: every change stamped up
         // to `seq - depth + 1`.
@@ -154,9 +180,22 @@ impl Changes {
     /// Launch `seq` was made after [`Changes::stage`]: the current window becomes its mirror's
     /// history (a launch that fails after staging leaves it current, staged again next time).
     pub(super) fn launched(&mut self, seq: u64) {
+        if self.nonempty == 0 {
+            // Every window is empty: moving them changes nothing.
+            return;
+        }
         let m = (seq % self.history.len() as u64) as usize;
         std::mem::swap(&mut self.history[m], &mut self.current);
+        if !self.current.is_empty() {
+            // The window of launch `seq - depth` leaves the history.
+            self.nonempty -= 1;
+        }
         self.current.clear();
+        debug_assert_eq!(
+            self.nonempty,
+            self.history.iter().filter(|w| !w.is_empty()).count(),
+            "the count of windows listing a change"
+        );
     }
 }
 
@@ -276,6 +315,53 @@ mod tests {
         assert_eq!(mirror, words);
         c.launched(1);
         assert_eq!(c.stage(&mut mirror, &words, 2), 0, "nothing changed since");
+    }
+
+    /// A change is pending until every mirror has had it (`depth` launches) and its window has
+    /// left the history (one launch more); then staging has nothing to write, which `pending`
+    /// says without looking at a window.
+    #[test]
+    fn a_change_is_pending_until_every_mirror_has_it() {
+        let (n, depth, mut c) = (64usize, 3u64, Changes::new(3));
+        c.grow(n);
+        let mut words = vec![5u64; n];
+        let mut mirrors: Vec<Vec<u64>> = (0..depth).map(|_| vec![0u64; n]).collect();
+        let mut seq = 0u64;
+        let mut launch = |c: &mut Changes, words: &[u64], seq: &mut u64| {
+            let written = c.stage(&mut mirrors[(*seq % depth) as usize], words, *seq);
+            c.launched(*seq);
+            *seq += 1;
+            (written, mirrors.iter().all(|m| m == words))
+        };
+        for _ in 0..depth {
+            assert!(c.pending(seq), "the ring is filling");
+            assert_eq!(launch(&mut c, &words, &mut seq).0, n);
+        }
+        assert!(!c.pending(seq), "every mirror holds every word");
+        assert_eq!(launch(&mut c, &words, &mut seq), (0, true));
+        words[17] = 9;
+        c.mark(17, seq);
+        for k in 0..depth {
+            assert!(c.pending(seq), "mirror {} lacks the change", seq % depth);
+            assert_eq!(
+                launch(&mut c, &words, &mut seq).0,
+                8,
+                "launch {k} after the change"
+            );
+        }
+        // The change's window leaves the history at the next launch (which writes nothing:
+        // its mirror had the change first); after that nothing is pending.
+        assert_eq!(launch(&mut c, &words, &mut seq), (0, true));
+        assert!(!c.pending(seq));
+        assert_eq!(launch(&mut c, &words, &mut seq), (0, true));
+        // A whole-table change is pending the same way.
+        c.mark_all(seq);
+        for _ in 0..depth {
+            assert!(c.pending(seq));
+            assert_eq!(launch(&mut c, &words, &mut seq).0, n);
+        }
+        assert_eq!(launch(&mut c, &words, &mut seq), (0, true));
+        assert!(!c.pending(seq));
     }
 
     #[test]

@@ -211,6 +211,13 @@ impl<R, S> Ledger<R, S> {
         ((s % d) as usize, wait)
     }
 
+    /// Whether staging the next launch may write anything into its mirror (else its mirror
+    /// holds every binding already, and staging can be skipped).
+    #[inline]
+    pub(super) fn pending(&self) -> bool {
+        self.changes.pending(self.next_seq)
+    }
+
     /// Writes into `mirror` (the next launch's, which the device no longer reads: its previous
     /// launch acknowledged it; at least as long as the table, in whole blocks of eight words)
     /// the blocks of words it lacks: all of them the first time, then those changed since its

@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
+use graph_rt_sys::{CUcontext, CUstream};
 
 use super::ledger::{Ledger, Replaced};
 use super::refresh::RefreshArgs;
@@ -178,6 +179,11 @@ pub struct ArgTable {
     pub(super) sealed: bool,
     pub(super) stream: Option<Arc<StreamInner>>,
     pub(super) stats: TableStats,
+    // The raw handles the launch path compares, here rather than behind the context's and the
+    // stream's shared state (one cache line fewer each on every launch): `ctx`'s, and
+    // `stream`'s once set (null before).
+    pub(super) ctx_raw: CUcontext,
+    pub(super) stream_raw: CUstream,
 }
 
 impl std::fmt::Debug for ArgTable {
@@ -237,6 +243,8 @@ impl ArgTable {
             sealed: false,
             stream: None,
             stats: TableStats::default(),
+            ctx_raw: ctx.as_raw(),
+            stream_raw: std::ptr::null_mut(),
         })
     }
 
@@ -450,7 +458,7 @@ impl ArgTable {
 
     /// Checks the launch and writes the bindings into the next mirror.
     fn stage(&mut self, stream: &Stream, call: &'static str) -> Result<()> {
-        if stream.context().as_raw() != self.ctx.as_raw() {
+        if stream.context_raw() != self.ctx_raw {
             return Err(Error::misuse(
                 call,
                 Misuse::OtherContext,
@@ -466,11 +474,7 @@ impl ArgTable {
                 "the stream is capturing: record the refresh with record_refresh and launch the graph with ArgTable::launch after the capture",
             ));
         }
-        if self
-            .stream
-            .as_ref()
-            .is_some_and(|s| s.raw() != stream.as_raw())
-        {
+        if self.stream.is_some() && self.stream_raw != stream.as_raw() {
             return Err(Error::misuse(
                 call,
                 Misuse::OtherStream,
@@ -491,6 +495,16 @@ impl ArgTable {
             self.ledger.acknowledged(ack);
             self.timeline.seen(ack);
         }
+        // The table's stream is the first one a launch was staged for.
+        if self.stream.is_none() {
+            self.stream = Some(stream.shared());
+            self.stream_raw = stream.as_raw();
+        }
+        if !self.ledger.pending() {
+            // Nothing bound since the mirror was written: it holds every binding, and nothing
+            // of it (nor of the windows of changes) is touched. The first launch staged always.
+            return Ok(());
+        }
         // Mirror `m` holds the slots' words at `m × slots` (the refresh kernel's layout; the
         // slots are fixed once a refresh exists).
         let n = padded(self.ledger.words.len());
@@ -505,10 +519,6 @@ impl ArgTable {
         self.ledger.stage(words);
         // The mirror's words reach memory before the launch that reads them.
         std::sync::atomic::fence(Ordering::SeqCst);
-        // The table's stream is the first one a launch was staged for.
-        if self.stream.is_none() {
-            self.stream = Some(stream.shared());
-        }
         Ok(())
     }
 }

@@ -136,7 +136,17 @@ impl Model {
     /// nothing is queued or counted, and the marks must survive for the next try.
     fn failed_launch(&mut self) {
         let m = self.free_mirror();
-        self.ledger.stage(&mut self.mirrors[m]);
+        self.stage(m);
+    }
+
+    /// `ArgTable::stage`'s write of mirror `m`: none when the ledger has nothing pending (the
+    /// mirror must then hold every binding already, which the device step checks).
+    fn stage(&mut self, m: usize) -> usize {
+        if self.ledger.pending() {
+            self.ledger.stage(&mut self.mirrors[m])
+        } else {
+            0
+        }
     }
 
     /// What `ArgTable::stage` does before writing the next mirror: when the ledger asks for an
@@ -169,7 +179,7 @@ impl Model {
     /// `ArgTable::launch`: wait for the mirror's previous launch, stage, launch, release.
     fn launch(&mut self) {
         let m = self.free_mirror();
-        self.written += self.ledger.stage(&mut self.mirrors[m]);
+        self.written += self.stage(m);
         self.queue.push_back(Pending {
             seq: self.ledger.next_seq,
             words: self.expected.clone(),
