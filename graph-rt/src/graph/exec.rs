@@ -62,10 +62,22 @@ impl InstantiateOptions<'_> {
 /// fn shared_between_threads<T: Sync>() {}
 /// shared_between_threads::<graph_rt::GraphExec>();
 /// ```
+// `repr(C)`, the fields in this order: what every launch reads first (one or two cache lines,
+// not one here and one there: the host's caches are often cold between a model's steps).
+#[repr(C)]
 pub struct GraphExec {
     pub(super) raw: CUgraphExec,
     // `ctx`'s handle, compared on every launch without reaching the context's shared state.
     pub(super) ctx_raw: CUcontext,
+    // Replays are launched through the owner of this key (an argument table), not `launch`.
+    pub(super) launch_key: Option<u64>,
+    // The stream of the last launch, until it is known finished, and the launch count.
+    pub(super) last_raw: Cell<usize>,
+    pub(super) launches: Cell<u64>,
+    // The graph has device-updatable nodes and the exec has not been uploaded since it was made
+    // or updated from the host: the next launch uploads it first (CUDA requires it).
+    pub(super) needs_upload: Cell<bool>,
+    pub(super) last_stream: RefCell<Option<Arc<StreamInner>>>,
     pub(super) ctx: Context,
     // The graph instantiated: its nodes name this exec's nodes in per-node updates.
     pub(super) graph: Arc<GraphHandle>,
@@ -79,16 +91,7 @@ pub struct GraphExec {
     pub(super) kernels: AddrMap<KernelInfo>,
     // How graphs other than `graph` name this exec's nodes.
     pub(super) identity: Identity,
-    // Replays are launched through the owner of this key (an argument table), not `launch`.
-    pub(super) launch_key: Option<u64>,
     pub(super) scratch: Vec<Resource>,
-    // The stream of the last launch, until it is known finished, and the launch count.
-    pub(super) last_stream: RefCell<Option<Arc<StreamInner>>>,
-    pub(super) last_raw: Cell<usize>,
-    pub(super) launches: Cell<u64>,
-    // The graph has device-updatable nodes and the exec has not been uploaded since it was made
-    // or updated from the host: the next launch uploads it first (CUDA requires it).
-    pub(super) needs_upload: Cell<bool>,
     // Whole-graph updates applied (in place or by re-instantiation).
     pub(super) updates: Cell<u64>,
     pub(super) _not_sync: PhantomData<Cell<()>>,

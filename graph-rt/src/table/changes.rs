@@ -10,24 +10,25 @@
 //! stamps and a copy of each run). Costs follow what changed; a launch that binds every slot
 //! costs a copy of the table.
 
-/// The changes of a table of `depth` mirrors.
+/// The changes of a table of `depth` mirrors. `repr(C)`, what every launch reads first.
+#[repr(C)]
 pub(super) struct Changes {
-    /// Per block: 1 + the launch count when a word of it last changed; 0: never.
-    stamp: Vec<u64>,
-    /// Every block changed when `all` was set: 1 + that launch count (0: never).
-    all: u64,
-    /// The blocks first stamped in the current window, and whether every block was.
-    current: Window,
-    /// For each mirror, the window of the launch that last wrote it.
-    history: Vec<Window>,
-    /// Per block: the staging that last wrote it (to write a block listed twice once).
-    written: Vec<u64>,
-    /// Stagings so far (each a new id, failed launches included).
-    stagings: u64,
     /// How many windows (the current one and the history's) list a change: while none does, a
     /// staging writes nothing and a launch moves no window, touching none of their memory (a
     /// launch with nothing rebound).
     nonempty: usize,
+    /// For each mirror, the window of the launch that last wrote it.
+    history: Vec<Window>,
+    /// The blocks first stamped in the current window, and whether every block was.
+    current: Window,
+    /// Per block: 1 + the launch count when a word of it last changed; 0: never.
+    stamp: Vec<u64>,
+    /// Every block changed when `all` was set: 1 + that launch count (0: never).
+    all: u64,
+    /// Per block: the staging that last wrote it (to write a block listed twice once).
+    written: Vec<u64>,
+    /// Stagings so far (each a new id, failed launches included).
+    stagings: u64,
 }
 
 #[derive(Default)]

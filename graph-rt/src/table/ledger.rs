@@ -36,7 +36,24 @@ pub(super) struct SetView<'a> {
 
 /// The host's side of a table of `depth` mirrors; `R` is what a binding keeps alive, `S` what a
 /// prepared set does.
+///
+/// `repr(C)`, the fields in this order: what every launch reads first (see `ArgTable`).
+#[repr(C)]
 pub(super) struct Ledger<R, S = R> {
+    /// Launches staged and made.
+    pub(super) next_seq: u64,
+    /// The highest acknowledgement seen.
+    acked: u64,
+    /// Slots never bound.
+    pub(super) unbound: usize,
+    /// Which blocks of words each mirror lacks.
+    pub(super) changes: Changes,
+    /// Bindings replaced at launch count `seq` (launches below it may read them), in that
+    /// order, not handed on yet.
+    pub(super) replaced: Vec<(u64, R)>,
+    /// Sets no slot is bound from any more since launch count `seq` (launches below it may read
+    /// them), not handed on yet.
+    pub(super) replaced_sets: Vec<(u64, S)>,
     /// The bindings, as the next launch will see them (unless `from_set`).
     pub(super) words: Vec<u64>,
     /// The words of a set of every slot applied last, which are the bindings while nothing
@@ -45,20 +62,6 @@ pub(super) struct Ledger<R, S = R> {
     pub(super) keeps: Keeps<R>,
     /// The prepared sets that slots are bound from.
     owners: Owners<S>,
-    /// Sets no slot is bound from any more since launch count `seq` (launches below it may read
-    /// them), not handed on yet.
-    pub(super) replaced_sets: Vec<(u64, S)>,
-    /// Slots never bound.
-    pub(super) unbound: usize,
-    /// Which blocks of words each mirror lacks.
-    pub(super) changes: Changes,
-    /// Bindings replaced at launch count `seq` (launches below it may read them), in that
-    /// order, not handed on yet.
-    pub(super) replaced: Vec<(u64, R)>,
-    /// The highest acknowledgement seen.
-    acked: u64,
-    /// Launches staged and made.
-    pub(super) next_seq: u64,
     /// Bindings made.
     pub(super) binds: u64,
 }
@@ -267,7 +270,9 @@ impl<R, S> Ledger<R, S> {
         Some(Replaced {
             through,
             bindings: std::mem::take(&mut self.replaced),
-            sets: std::mem::take(&mut self.replaced_sets),
+            // Drained, not taken: the list keeps its room, and one set (sets alternating) is
+            // handed on inline, with no allocation on the launch path.
+            sets: self.replaced_sets.drain(..).collect(),
         })
     }
 
@@ -290,7 +295,7 @@ impl<R, S> Ledger<R, S> {
 pub(super) struct Replaced<R, S> {
     pub(super) through: u64,
     pub(super) bindings: Vec<(u64, R)>,
-    pub(super) sets: Vec<(u64, S)>,
+    pub(super) sets: smallvec::SmallVec<[(u64, S); 1]>,
 }
 
 /// How many launches are known finished once acknowledgement `ack` was seen: launch `ack - 1`

@@ -123,7 +123,7 @@ impl ArgTable {
     fn retire_replaced(&mut self) {
         if let Some(replaced) = self.ledger.take_replaced() {
             let point = Point::Progress(self.timeline.clone(), replaced.through);
-            self.lane.retire(point, vec![replaced]);
+            self.lane.retire(point, [replaced]);
         }
         release(&self.ctx.inner, self.lane.collect(true));
     }

@@ -164,26 +164,30 @@ pub(super) const HOST_PATCHED: u64 = 1 << 63;
 /// # Ok(())
 /// # }
 /// ```
+// `repr(C)`, the fields in this order: what every launch reads comes first, with the ledger's
+// own first fields (its launch count and what it checks), so that a launch with nothing rebound
+// reads two or three cache lines of the table rather than one here and one there (the host's
+// caches are often cold between a model's steps).
+#[repr(C)]
 pub struct ArgTable {
     pub(super) id: u64,
-    pub(super) ctx: Context,
-    pub(super) shared: Arc<Shared>,
-    pub(super) capacity: usize,
+    // The raw handles the launch path compares, here rather than behind the context's and the
+    // stream's shared state: `ctx`'s, and `stream`'s once set (null before).
+    pub(super) ctx_raw: CUcontext,
+    pub(super) stream_raw: CUstream,
+    pub(super) stream: Option<Arc<StreamInner>>,
+    pub(super) stats: TableStats,
     // The bindings, what they keep alive, what each mirror lacks, the launch count.
     pub(super) ledger: Ledger<Arc<Allocation>, SetKeep>,
     // What launches replaced, retired behind counts of the table's timeline of launches.
     pub(super) lane: Lane<Replaced<Arc<Allocation>, SetKeep>>,
     pub(super) timeline: Arc<Timeline>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) ctx: Context,
+    pub(super) capacity: usize,
     // The slot lists of the binding sets made so far (sets over the same slots share one).
     pub(super) layouts: Vec<std::sync::Weak<Layout>>,
     pub(super) sealed: bool,
-    pub(super) stream: Option<Arc<StreamInner>>,
-    pub(super) stats: TableStats,
-    // The raw handles the launch path compares, here rather than behind the context's and the
-    // stream's shared state (one cache line fewer each on every launch): `ctx`'s, and
-    // `stream`'s once set (null before).
-    pub(super) ctx_raw: CUcontext,
-    pub(super) stream_raw: CUstream,
 }
 
 impl std::fmt::Debug for ArgTable {

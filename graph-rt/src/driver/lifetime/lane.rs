@@ -10,14 +10,20 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::point::Point;
 use crate::driver::ContextInner;
 
 /// Retirements of one owner, in order, each behind its point.
 pub(crate) struct Lane<T: Send + 'static> {
     ctx: Arc<ContextInner>,
-    entries: VecDeque<(Point, Vec<T>)>,
+    // One item a retirement inline (a table's launch retires one): no allocation for it.
+    entries: VecDeque<(Point, Items<T>)>,
 }
+
+/// What one retirement holds.
+pub(crate) type Items<T> = SmallVec<[T; 1]>;
 
 impl<T: Send + 'static> Lane<T> {
     pub(crate) fn new(ctx: &Arc<ContextInner>) -> Self {
@@ -33,8 +39,8 @@ impl<T: Send + 'static> Lane<T> {
     }
 
     /// Retires `items` behind `point`.
-    pub(crate) fn retire(&mut self, point: Point, items: Vec<T>) {
-        self.entries.push_back((point, items));
+    pub(crate) fn retire(&mut self, point: Point, items: impl Into<Items<T>>) {
+        self.entries.push_back((point, items.into()));
     }
 
     /// Adds `items` to the newest retirement (its point covers them too). Call only when the
