@@ -146,15 +146,36 @@ struct Graphed {
     prelude: Option<Prelude>,
 }
 
+/// How a call runs, decided when the graph is made or freed (so that a call reads it beside the
+/// table's first fields, not the graph's and the options' own lines).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// The closure, eagerly.
+    Eager,
+    /// The exec, launched plainly (no parameter).
+    Exec,
+    /// The exec, launched through the table.
+    Table,
+    /// The exec, launched through the prelude and the table.
+    Prelude,
+}
+
 /// A step: a closure captured once and replayed with one call, rebound through its parameters
 /// (see the [module docs](self)).
+// `repr(C)`, the fields in this order: what every call reads (how it runs, whether a binding
+// goes to the table alone, the stream) shares a cache line with the table's first fields.
+#[repr(C)]
 pub struct Step<F> {
+    via: Via,
+    // A binding goes to the table alone: the step has its graph and is not recapturable (the
+    // closure does not run again, so no handle of it is kept).
+    direct: bool,
     stream: Stream,
     params: StepParams,
-    options: StepOptions,
-    body: F,
     // `None`: every call runs the closure eagerly.
     graph: Option<Graphed>,
+    options: StepOptions,
+    body: F,
     report: StepMode,
 }
 
@@ -175,6 +196,8 @@ where
     /// it eagerly once, then captures it (see the [module docs](self)).
     pub fn new(stream: &Stream, params: StepParams, options: StepOptions, body: F) -> Result<Self> {
         let mut step = Self {
+            via: Via::Eager,
+            direct: false,
             stream: stream.handle(),
             params,
             options: options.clone(),
@@ -209,7 +232,7 @@ where
         }
         match step.capture(&dyn_first, &options) {
             Ok((graph, report)) => {
-                step.graph = Some(graph);
+                step.set_graph(Some(graph));
                 // The closure does not run again (unless recapturable): the table keeps what
                 // later calls bind.
                 if !options.recapturable {
@@ -344,15 +367,33 @@ where
     /// the closure run eagerly.
     pub fn run(&mut self) -> Result<()> {
         let table = &mut self.params.table;
-        match &mut self.graph {
-            Some(Graphed {
-                exec,
-                prelude: Some(p),
-            }) => p.launch(table, exec, &self.stream),
-            Some(Graphed { exec, .. }) if table.is_empty() => exec.launch(&self.stream),
-            Some(Graphed { exec, .. }) => table.launch(exec, &self.stream),
-            None => self.eager_run().map(drop),
+        match (self.via, &mut self.graph) {
+            (Via::Table, Some(g)) => table.launch(&g.exec, &self.stream),
+            (Via::Exec, Some(g)) => g.exec.launch(&self.stream),
+            (
+                Via::Prelude,
+                Some(Graphed {
+                    exec,
+                    prelude: Some(p),
+                }),
+            ) => p.launch(table, exec, &self.stream),
+            _ => self.eager_run().map(drop),
         }
+    }
+
+    /// Makes `graph` the step's graph (`None`: every call runs eagerly) and decides how calls
+    /// run; returns the graph it had.
+    fn set_graph(&mut self, graph: Option<Graphed>) -> Option<Graphed> {
+        self.via = match &graph {
+            None => Via::Eager,
+            Some(Graphed {
+                prelude: Some(_), ..
+            }) => Via::Prelude,
+            Some(_) if self.params.table.is_empty() => Via::Exec,
+            Some(_) => Via::Table,
+        };
+        self.direct = graph.is_some() && !self.options.recapturable;
+        std::mem::replace(&mut self.graph, graph)
     }
 
     /// Runs one call eagerly — the closure through its scope, on the bindings made so far —
@@ -374,7 +415,7 @@ where
     /// closure eagerly from now on, with `reason` in [`Step::mode`]. A recapturable step can
     /// make its graph again ([`Step::recapture`]).
     pub fn free_graph(&mut self, reason: EagerReason) {
-        if self.graph.take().is_some() {
+        if self.set_graph(None).is_some() {
             self.report = StepMode::Eager(reason);
         }
     }
@@ -383,7 +424,7 @@ where
     /// it).
     #[inline]
     pub fn bind<T: Pod>(&mut self, param: &Buf<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
-        if self.graph.is_some() && !self.options.recapturable {
+        if self.direct {
             // The closure does not run again: the table alone (which refuses another
             // table's slot, so another step's parameter).
             self.params.table.bind(&param.slot, buffer)
@@ -441,7 +482,7 @@ where
             } => (*kernel_nodes, *patched_words),
             StepMode::Eager(_) => (0, 0),
         };
-        self.graph = Some(graph);
+        self.set_graph(Some(graph));
         self.report = report;
         Ok(Recaptured {
             kernel_nodes: (before.0, after.0),

@@ -136,9 +136,11 @@ fn stand_in<T: Pod>(ctx: &Context, len: usize) -> Result<Bound> {
 
 /// The parameters of a step: the buffers and scalars that change between its calls, declared
 /// before the step is made, each bound before its first call.
+// `repr(C)`, the table first: a step's call reads its first fields beside the step's own.
+#[repr(C)]
 pub struct StepParams {
-    pub(super) ctx: Context,
     pub(super) table: ArgTable,
+    pub(super) ctx: Context,
     /// The declared buffers, in order.
     pub(super) params: Vec<Param>,
     /// Per slot of the table, its buffer's place in `params` (`None`: a scalar).
