@@ -353,7 +353,10 @@ fn random_bind_launch_ack_orders_match_the_reference() {
                     for _ in 0..=m.mirrors.len() + 1 {
                         m.launch();
                     }
-                    assert!(!m.ledger.pending(), "nothing bound since the ring went round");
+                    assert!(
+                        !m.ledger.pending(),
+                        "nothing bound since the ring went round"
+                    );
                 }
                 7 => m.failed_launch(),
                 8 => m.device_step(),
