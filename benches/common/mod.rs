@@ -28,16 +28,15 @@ fn named(
 /// Runs [`graph_rt::timing::warm_up`] + `rounds` rounds of every variant; returns each
 /// variant's median time in µs.
 #[allow(dead_code)] // not every bench interleaves once (each bench compiles this module)
-pub fn interleave(rounds: usize, mut variants: Vec<Variant<'_>>) -> Vec<(&'static str, f64)> {
-    let warm = graph_rt::timing::warm_up(rounds);
-    let medians = graph_rt::timing::interleave(rounds, warm, &mut cases(&mut variants));
-    named(&variants, medians)
+pub fn interleave(rounds: usize, variants: Vec<Variant<'_>>) -> Vec<(&'static str, f64)> {
+    interleave_repeated(1, rounds, variants)
+        .pop()
+        .unwrap_or_default()
 }
 
 /// [`interleave`] `repeats` times over the same variants (one warm-up): each run's medians, in
 /// order. For a ratio of two nearly equal costs, whose median over one run of interleaved
 /// rounds still moves by a few percent from run to run: the runs' ratios and their median.
-#[allow(dead_code)] // used by the step bench only (each bench compiles this module)
 pub fn interleave_repeated(
     repeats: usize,
     rounds: usize,

@@ -13,9 +13,9 @@
 /// The changes of a table of `depth` mirrors. `repr(C)`, what every launch reads first.
 #[repr(C)]
 pub(super) struct Changes {
-    /// How many windows (the current one and the history's) list a change: while none does, a
-    /// staging writes nothing and a launch moves no window, touching none of their memory (a
-    /// launch with nothing rebound).
+    /// How many windows (the current one and the history's) list a change: while none does,
+    /// [`Changes::pending`] says a staging has nothing to write (the table then skips it) and a
+    /// launch moves no window, touching none of their memory (a launch with nothing rebound).
     nonempty: usize,
     /// For each mirror, the window of the launch that last wrote it.
     history: Vec<Window>,
@@ -121,10 +121,6 @@ impl Changes {
         if seq < depth {
             mirror[..n].copy_from_slice(words);
             return n;
-        }
-        if self.nonempty == 0 {
-            // Nothing changed in any window since the mirror was written.
-            return 0;
         }
         // The mirror holds what was staged for launch `seq - depth`: every change stamped up
         // to `seq - depth + 1`.

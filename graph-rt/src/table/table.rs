@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use graph_rt_sys::{CUcontext, CUstream};
+use graph_rt_sys::CUcontext;
 
 use super::ledger::{Ledger, Replaced};
 use super::refresh::RefreshArgs;
@@ -171,10 +171,9 @@ pub(super) const HOST_PATCHED: u64 = 1 << 63;
 #[repr(C)]
 pub struct ArgTable {
     pub(super) id: u64,
-    // The raw handles the launch path compares, here rather than behind the context's and the
-    // stream's shared state: `ctx`'s, and `stream`'s once set (null before).
+    // `ctx`'s raw handle, which the launch path compares with the stream's without reaching the
+    // context's shared state.
     pub(super) ctx_raw: CUcontext,
-    pub(super) stream_raw: CUstream,
     pub(super) stream: Option<Arc<StreamInner>>,
     pub(super) stats: TableStats,
     // The bindings, what they keep alive, what each mirror lacks, the launch count.
@@ -248,7 +247,6 @@ impl ArgTable {
             stream: None,
             stats: TableStats::default(),
             ctx_raw: ctx.as_raw(),
-            stream_raw: std::ptr::null_mut(),
         })
     }
 
@@ -478,7 +476,11 @@ impl ArgTable {
                 "the stream is capturing: record the refresh with record_refresh and launch the graph with ArgTable::launch after the capture",
             ));
         }
-        if self.stream.is_some() && self.stream_raw != stream.as_raw() {
+        if self
+            .stream
+            .as_ref()
+            .is_some_and(|s| s.raw() != stream.as_raw())
+        {
             return Err(Error::misuse(
                 call,
                 Misuse::OtherStream,
@@ -502,7 +504,6 @@ impl ArgTable {
         // The table's stream is the first one a launch was staged for.
         if self.stream.is_none() {
             self.stream = Some(stream.shared());
-            self.stream_raw = stream.as_raw();
         }
         if !self.ledger.pending() {
             // Nothing bound since the mirror was written: it holds every binding, and nothing
