@@ -65,6 +65,30 @@ pub enum Error {
         /// What is wrong and what would be right.
         reason: String,
     },
+    /// An NCCL call failed ([`NcclCode`] says how; `detail` is NCCL's own message).
+    #[error("{call} failed: {code} ({detail}): {hint}")]
+    Nccl {
+        /// The NCCL function, e.g. `ncclAllReduce`.
+        call: &'static str,
+        /// Its result.
+        code: NcclCode,
+        /// NCCL's description of the result, and its last message (`ncclGetLastError`).
+        detail: String,
+        /// What the caller can do about it.
+        hint: &'static str,
+    },
+    /// An operation that did not complete in the time it was given: a communicator whose peers
+    /// did not all join, a collective whose peers never came. What could be aborted was (an
+    /// NCCL communicator is then unusable: make a new one on every rank).
+    #[error("{call}: not done after {after:?}: {reason}")]
+    Timeout {
+        /// The graph-rt or library function that waited.
+        call: &'static str,
+        /// How long it waited.
+        after: std::time::Duration,
+        /// What it waited for and what was done about it.
+        reason: String,
+    },
     /// A failure graph-rt says in words only, which is not a misuse it names (those are
     /// [`Error::Misuse`]): another library's free-form failure (a cuBLAS status, a library that
     /// does not load, a file that cannot be read), or something the driver or the device gave
@@ -80,6 +104,74 @@ pub enum Error {
 
 fn hint_suffix(hint: &Option<String>) -> String {
     hint.as_ref().map(|h| format!(": {h}")).unwrap_or_default()
+}
+
+/// How an NCCL call failed: its `ncclResult_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NcclCode {
+    /// `ncclUnhandledCudaError` (1): a CUDA call inside NCCL failed.
+    UnhandledCudaError,
+    /// `ncclSystemError` (2): a system call failed.
+    SystemError,
+    /// `ncclInternalError` (3).
+    InternalError,
+    /// `ncclInvalidArgument` (4).
+    InvalidArgument,
+    /// `ncclInvalidUsage` (5).
+    InvalidUsage,
+    /// `ncclRemoteError` (6): another rank failed.
+    RemoteError,
+    /// `ncclInProgress` (7), where a completed operation was expected.
+    InProgress,
+    /// A result this version of graph-rt does not know.
+    Other(i32),
+}
+
+impl NcclCode {
+    /// The code of a raw `ncclResult_t` (not `ncclSuccess`).
+    pub fn from_raw(raw: i32) -> Self {
+        match raw {
+            1 => NcclCode::UnhandledCudaError,
+            2 => NcclCode::SystemError,
+            3 => NcclCode::InternalError,
+            4 => NcclCode::InvalidArgument,
+            5 => NcclCode::InvalidUsage,
+            6 => NcclCode::RemoteError,
+            7 => NcclCode::InProgress,
+            other => NcclCode::Other(other),
+        }
+    }
+
+    /// The raw `ncclResult_t`.
+    pub fn raw(self) -> i32 {
+        match self {
+            NcclCode::UnhandledCudaError => 1,
+            NcclCode::SystemError => 2,
+            NcclCode::InternalError => 3,
+            NcclCode::InvalidArgument => 4,
+            NcclCode::InvalidUsage => 5,
+            NcclCode::RemoteError => 6,
+            NcclCode::InProgress => 7,
+            NcclCode::Other(raw) => raw,
+        }
+    }
+}
+
+impl std::fmt::Display for NcclCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            NcclCode::UnhandledCudaError => "ncclUnhandledCudaError",
+            NcclCode::SystemError => "ncclSystemError",
+            NcclCode::InternalError => "ncclInternalError",
+            NcclCode::InvalidArgument => "ncclInvalidArgument",
+            NcclCode::InvalidUsage => "ncclInvalidUsage",
+            NcclCode::RemoteError => "ncclRemoteError",
+            NcclCode::InProgress => "ncclInProgress",
+            NcclCode::Other(_) => "an unknown ncclResult_t",
+        };
+        write!(f, "{name} ({})", self.raw())
+    }
 }
 
 /// Result of graph-rt operations.
@@ -101,7 +193,9 @@ impl Error {
             | Error::Capture { call, .. }
             | Error::InvalidArgument { call, .. }
             | Error::Misuse { call, .. }
-            | Error::NodeIdentityUnknown { call, .. } => Some(call),
+            | Error::NodeIdentityUnknown { call, .. }
+            | Error::Nccl { call, .. }
+            | Error::Timeout { call, .. } => Some(call),
             Error::Load(_) => None,
         }
     }

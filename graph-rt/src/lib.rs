@@ -11,7 +11,7 @@
 //! launches, graphs, captures and execs, the [`ArgTable`], and the [`Error`] (with its
 //! [`Misuse`]). The rest is by feature: [`table`] (slots, binding sets, table-form kernels),
 //! [`triton`] (Triton's kernels), [`foreign`] (kernels graph-rt did not write: pointer
-//! discovery, host patching, the in-graph prelude), [`cublas`], [`choose`] (the cost model and
+//! discovery, host patching, the in-graph prelude), [`cublas`], [`nccl`] (collectives of several GPUs), [`choose`] (the cost model and
 //! the choice of rebinding mechanism) and [`calibrate`] (measuring that model on the device),
 //! [`timing`] (how graph-rt measures), [`cudarc`] (interop, feature `cudarc`), and the raw
 //! layers [`sys`] (driver bindings) and [`ptx`] (the PTX pass).
@@ -50,6 +50,7 @@ mod driver;
 mod error;
 mod graph;
 mod launch;
+pub mod nccl;
 mod prelude;
 pub mod profile;
 mod resource;

@@ -303,6 +303,26 @@ pub enum Misuse {
     /// device.
     DeviceUnsupported,
 
+    // Communicators (NCCL).
+    /// Two ranks of one communicator on one GPU (NCCL takes one rank a GPU): give each rank
+    /// its own device.
+    RankPerGpu {
+        /// The device's ordinal.
+        device: usize,
+    },
+    /// A rank or peer that is not in `0..nranks`, or a communicator of no rank.
+    BadRank {
+        /// The rank given.
+        rank: usize,
+        /// The communicator's ranks.
+        nranks: usize,
+    },
+    /// A communicator that was aborted (after a timeout, an error, or [`abort`]): make a new
+    /// one on every rank.
+    ///
+    /// [`abort`]: crate::nccl::Communicator::abort
+    Aborted,
+
     // Steps.
     /// A step's closure did other work in one run than in another (node count, kernel, launch
     /// dimensions, or an argument that is neither a declared buffer nor the same each run).

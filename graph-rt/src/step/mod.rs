@@ -37,7 +37,7 @@
 //! graph-rt never makes a cuBLAS launch programmatic; eagerly, the first kernel after the
 //! table's refresh is launched without it (it reads what the refresh writes).
 //!
-//! Depends on `driver`, `launch`, `graph`, `table`, `discover`, `prelude`, `cublas`, `triton`,
+//! Depends on `driver`, `launch`, `graph`, `table`, `discover`, `prelude`, `cublas`, `nccl`, `triton`,
 //! `choose` and `error`; nothing depends on it.
 
 mod choice;

@@ -13,6 +13,7 @@ use crate::driver::{DeviceBuffer, Function, Parked, Stream};
 use crate::error::{Error, Misuse, Result};
 use crate::graph::CaptureScope;
 use crate::launch::{KernelArgs, LaunchConfig};
+use crate::nccl::Communicator;
 use crate::table::TableKernel;
 use crate::triton::{TritonArg, TritonKernel};
 
@@ -204,6 +205,23 @@ impl<'a> StepScope<'a> {
         match &self.run {
             Run::Eager(_) => gemms(blas),
             Run::Capture(c) => blas.record(c, gemms),
+        }
+    }
+
+    /// Runs `calls`, collectives of `comm` on the step's stream: eagerly, or recorded into the
+    /// capture with their buffers and the communicator kept alive ([`Communicator::record`]).
+    /// Their buffers taken from [`StepScope::buffer`] are rebound on every call by the prelude,
+    /// as cuBLAS's (NCCL's ring and tree kernels take their buffers as kernel parameters). Every
+    /// rank's step must make the same collectives in the same order, each call.
+    pub fn nccl<R>(
+        &self,
+        comm: &Communicator,
+        calls: impl FnOnce(&Communicator) -> Result<R>,
+    ) -> Result<R> {
+        self.after_refresh.set(false);
+        match &self.run {
+            Run::Eager(_) => calls(comm),
+            Run::Capture(c) => comm.record(c, calls),
         }
     }
 

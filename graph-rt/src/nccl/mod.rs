@@ -1,0 +1,331 @@
+//! NCCL collectives on graph-rt's streams: communicators of one rank a GPU ([`Communicator`]),
+//! all-reduce, all-gather, reduce-scatter, send and receive, eagerly, in NCCL groups
+//! ([`group`]), inside captures ([`Communicator::record`]) and through a step's scope
+//! ([`StepScope::nccl`](crate::step::StepScope::nccl)), where discovery and the in-graph
+//! prelude rebind their buffers every call like any other kernel graph-rt did not write.
+//!
+//! NCCL is loaded at run time (`dlopen`), once per process, on the first communicator or
+//! [`UniqueId`]: nothing of NCCL is needed to build. The candidates, in order: the file named by
+//! the environment variable `GRAPH_RT_NCCL` (a full path), then `nvidia/nccl/lib/libnccl.so.2`
+//! below Python's package folders (PyTorch's wheels: `PYTHONPATH`, the active virtual or conda
+//! environment, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`), then `libnccl.so.2` from the
+//! dynamic loader's path. NCCL 2.14 or later. When none loads, the error lists what was tried and
+//! why each failed. Loading sets `NCCL_NVLS_ENABLE=0` unless it is set: NVLink multicast maps a
+//! collective's buffers into a multicast object (`cuMulticastCreate`), which a rebinding of the
+//! captured kernels' pointers cannot follow.
+//!
+//! Every communicator is non-blocking (`ncclConfig_t.blocking = 0`): graph-rt waits for each
+//! call with the communicator's deadline ([`CommOptions::timeout`]), so a rank that never joins
+//! fails the others' calls with [`Error::Timeout`] rather than hanging
+//! them; [`Communicator::synchronize`] does the same for the collectives a stream runs, aborting
+//! the communicator when they do not end. NCCL's failures are
+//! [`Error::Nccl`], with the call, its [`NcclCode`] and NCCL's last message.
+//!
+//! One rank a GPU: a second rank of one communicator on a device that holds one is refused
+//! ([`Misuse::RankPerGpu`]) in this process, and by NCCL across
+//! processes.
+//!
+//! `sys` holds the hand-written bindings and the loader, `comm` the communicators, `ops` the
+//! calls; the pure checks are here, with their tests. Depends on `driver`, `graph` (a capture's
+//! keep-alive), `error` and `resource` only.
+//!
+//! ```no_run
+//! use graph_rt::nccl::{CommOptions, Communicator, ReduceOp};
+//! use graph_rt::{Context, DeviceBuffer, Stream};
+//!
+//! # fn main() -> graph_rt::Result<()> {
+//! // One process, every GPU: rank i on device i, driven from this thread through a group.
+//! let contexts = [Context::new(0)?, Context::new(1)?];
+//! let comms = Communicator::init_all(&contexts, &CommOptions::default())?;
+//! let streams = contexts.iter().map(Stream::new).collect::<graph_rt::Result<Vec<_>>>()?;
+//! let mut bufs = contexts
+//!     .iter()
+//!     .map(|c| DeviceBuffer::from_host(c, &[1.0f32; 1024]))
+//!     .collect::<graph_rt::Result<Vec<_>>>()?;
+//! graph_rt::nccl::group(|| {
+//!     for ((comm, buf), stream) in comms.iter().zip(&mut bufs).zip(&streams) {
+//!         comm.all_reduce_in_place(buf, ReduceOp::Sum, stream)?;
+//!     }
+//!     Ok(())
+//! })?;
+//! for (comm, stream) in comms.iter().zip(&streams) {
+//!     comm.synchronize(stream, std::time::Duration::from_secs(10))?;
+//! }
+//! assert_eq!(bufs[0].to_vec()?[0], 2.0);
+//! # Ok(()) }
+//! ```
+
+mod comm;
+mod ops;
+mod sys;
+
+pub use crate::error::NcclCode;
+pub use comm::{CommOptions, Communicator, UniqueId};
+pub use ops::{group, NcclElement, ReduceOp};
+
+use crate::error::{Error, Misuse, Result};
+
+/// The version of the NCCL graph-rt loads (loading it on first use), e.g. `(2, 28, 9)`.
+pub fn version() -> Result<(u32, u32, u32)> {
+    Ok(sys::split_version(sys::library()?.version))
+}
+
+/// The path or name NCCL was loaded from (loading it on first use).
+pub fn library_path() -> Result<&'static std::path::Path> {
+    Ok(std::path::Path::new(&sys::library()?.path))
+}
+
+/// Refuses `rank` outside `0..nranks`, and a communicator of no rank.
+pub(crate) fn check_rank(call: &'static str, rank: usize, nranks: usize) -> Result<()> {
+    if rank < nranks {
+        return Ok(());
+    }
+    let reason = if nranks == 0 {
+        "a communicator of no rank".to_owned()
+    } else {
+        format!("rank {rank} is not one of the communicator's {nranks} ranks (0..{nranks})")
+    };
+    Err(Error::misuse(
+        call,
+        Misuse::BadRank { rank, nranks },
+        reason,
+    ))
+}
+
+/// Refuses no device, and a device named twice (one rank a GPU).
+pub(crate) fn check_devices(call: &'static str, devices: &[usize]) -> Result<()> {
+    if devices.is_empty() {
+        return Err(Error::misuse(
+            call,
+            Misuse::BadRank { rank: 0, nranks: 0 },
+            "no context: give one a rank",
+        ));
+    }
+    for (i, d) in devices.iter().enumerate() {
+        if devices[..i].contains(d) {
+            return Err(Error::misuse(
+                call,
+                Misuse::RankPerGpu { device: *d },
+                format!("device {d} is given twice: NCCL takes one rank a GPU"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The shape of a collective's buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Collective {
+    /// send and recv of one length.
+    AllReduce,
+    /// recv holds nranks × send.
+    AllGather,
+    /// send holds nranks × recv.
+    ReduceScatter,
+}
+
+/// The count NCCL takes for `collective` over buffers of `send` and `recv` elements on `nranks`
+/// ranks (send's for all-reduce and all-gather, recv's for reduce-scatter), or the misuse.
+pub(crate) fn check_counts(
+    call: &'static str,
+    collective: Collective,
+    send: usize,
+    recv: usize,
+    nranks: usize,
+) -> Result<usize> {
+    if send == 0 || recv == 0 {
+        return Err(Error::misuse(
+            call,
+            Misuse::Empty,
+            "an empty buffer: a collective of no element makes no node",
+        ));
+    }
+    let too_large = || {
+        let reason = format!("{nranks} ranks × the buffer's elements overflow usize");
+        Error::misuse(call, Misuse::TooLarge { what: "count" }, reason)
+    };
+    let (count, ours, theirs) = match collective {
+        Collective::AllReduce => (send, recv, send),
+        Collective::AllGather => (send, recv, send.checked_mul(nranks).ok_or_else(too_large)?),
+        Collective::ReduceScatter => (recv, send, recv.checked_mul(nranks).ok_or_else(too_large)?),
+    };
+    if ours != theirs {
+        let reason = match collective {
+            Collective::AllReduce => {
+                format!("send holds {send} elements and recv {recv}: give buffers of one length")
+            }
+            Collective::AllGather => {
+                format!("recv holds {recv} elements, not {nranks} ranks × send's {send}")
+            }
+            Collective::ReduceScatter => {
+                format!("send holds {send} elements, not {nranks} ranks × recv's {recv}")
+            }
+        };
+        return Err(Error::misuse(
+            call,
+            Misuse::LengthMismatch { ours, theirs },
+            reason,
+        ));
+    }
+    Ok(count)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsString;
+    use std::path::PathBuf;
+
+    use super::sys::{
+        candidates, load_from, site_folders, split_version, Config, ENV_VAR, LIBRARY_NAME,
+        WHEEL_PATH,
+    };
+    use super::{check_counts, check_devices, check_rank, Collective};
+    use crate::error::{Error, Misuse, NcclCode};
+
+    fn misuse(e: Error) -> Misuse {
+        e.misuse_kind()
+            .cloned()
+            .unwrap_or_else(|| panic!("not a misuse: {e}"))
+    }
+
+    #[test]
+    fn ranks_are_within_the_communicator() {
+        assert!(check_rank("c", 0, 1).is_ok());
+        assert!(check_rank("c", 3, 4).is_ok());
+        assert_eq!(
+            misuse(check_rank("c", 4, 4).unwrap_err()),
+            Misuse::BadRank { rank: 4, nranks: 4 }
+        );
+        assert_eq!(
+            misuse(check_rank("c", 0, 0).unwrap_err()),
+            Misuse::BadRank { rank: 0, nranks: 0 }
+        );
+    }
+
+    #[test]
+    fn one_rank_a_gpu() {
+        assert!(check_devices("c", &[0, 1, 2]).is_ok());
+        assert_eq!(
+            misuse(check_devices("c", &[0, 1, 0]).unwrap_err()),
+            Misuse::RankPerGpu { device: 0 }
+        );
+        assert!(matches!(
+            misuse(check_devices("c", &[]).unwrap_err()),
+            Misuse::BadRank { .. }
+        ));
+    }
+
+    #[test]
+    fn collective_counts_follow_their_shapes() {
+        use Collective::*;
+        assert_eq!(check_counts("c", AllReduce, 8, 8, 2).unwrap(), 8);
+        assert_eq!(
+            misuse(check_counts("c", AllReduce, 8, 7, 2).unwrap_err()),
+            Misuse::LengthMismatch { ours: 7, theirs: 8 }
+        );
+        assert_eq!(check_counts("c", AllGather, 4, 8, 2).unwrap(), 4);
+        assert_eq!(
+            misuse(check_counts("c", AllGather, 4, 4, 2).unwrap_err()),
+            Misuse::LengthMismatch { ours: 4, theirs: 8 }
+        );
+        assert_eq!(check_counts("c", ReduceScatter, 8, 4, 2).unwrap(), 4);
+        assert_eq!(
+            misuse(check_counts("c", ReduceScatter, 8, 8, 2).unwrap_err()),
+            Misuse::LengthMismatch {
+                ours: 8,
+                theirs: 16
+            }
+        );
+        assert_eq!(
+            misuse(check_counts("c", AllReduce, 0, 0, 1).unwrap_err()),
+            Misuse::Empty
+        );
+        // Overflowing products never pass as equal.
+        let e = check_counts("c", AllGather, usize::MAX, usize::MAX, 2).unwrap_err();
+        assert_eq!(misuse(e), Misuse::TooLarge { what: "count" });
+    }
+
+    #[test]
+    fn the_config_is_the_2_14_layout() {
+        // size_t, two u32, four ints, a pointer: 40 bytes on 64-bit targets.
+        assert_eq!(std::mem::size_of::<Config>(), 40);
+        let c = Config::non_blocking();
+        assert_eq!(
+            (c.size, c.magic, c.version, c.blocking),
+            (40, 0xcafe_beef, 21400, 0)
+        );
+    }
+
+    #[test]
+    fn versions_split_both_ways_nccl_wrote_them() {
+        assert_eq!(split_version(22809), (2, 28, 9));
+        assert_eq!(split_version(21403), (2, 14, 3));
+        assert_eq!(split_version(2708), (2, 7, 8));
+    }
+
+    #[test]
+    fn codes_round_trip_and_name_themselves() {
+        for raw in 1..=8 {
+            assert_eq!(NcclCode::from_raw(raw).raw(), raw);
+        }
+        assert_eq!(NcclCode::from_raw(5), NcclCode::InvalidUsage);
+        assert_eq!(NcclCode::InvalidUsage.to_string(), "ncclInvalidUsage (5)");
+        assert_eq!(NcclCode::from_raw(42), NcclCode::Other(42));
+    }
+
+    #[test]
+    fn candidates_are_the_variable_then_the_wheels_then_the_loader() {
+        let tmp = std::env::temp_dir().join(format!("graph-rt-nccl-{}", std::process::id()));
+        let site = tmp.join("lib/python3.12/site-packages");
+        let wheel = site.join(WHEEL_PATH);
+        std::fs::create_dir_all(wheel.parent().unwrap()).unwrap();
+        std::fs::write(&wheel, b"").unwrap();
+        // An older Python without the wheel, and a folder that is not Python's.
+        std::fs::create_dir_all(tmp.join("lib/python3.10/site-packages")).unwrap();
+        std::fs::create_dir_all(tmp.join("lib/perl5")).unwrap();
+        let roots = site_folders(&tmp);
+        assert_eq!(
+            roots,
+            vec![site.clone(), tmp.join("lib/python3.10/site-packages")]
+        );
+        assert_eq!(
+            candidates(None, &roots),
+            vec![wheel.clone().into_os_string(), LIBRARY_NAME.into()]
+        );
+        let env = OsString::from("/opt/nccl/libnccl.so.2");
+        assert_eq!(
+            candidates(Some(env.clone()), &roots),
+            vec![env, wheel.into_os_string(), LIBRARY_NAME.into()]
+        );
+        // An empty variable is no candidate; a root without the wheel gives nothing.
+        assert_eq!(
+            candidates(Some(OsString::new()), &[PathBuf::from("/nonexistent")]),
+            vec![OsString::from(LIBRARY_NAME)]
+        );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_missing_library_names_every_path_tried() {
+        let tried = [OsString::from("/nonexistent/libnccl.so.2")];
+        let msg = load_from(&tried).unwrap_err().to_string();
+        assert!(msg.contains("/nonexistent/libnccl.so.2"), "{msg}");
+        assert!(msg.contains(ENV_VAR), "{msg}");
+        assert!(msg.contains(WHEEL_PATH), "{msg}");
+        assert!(load_from(&[])
+            .unwrap_err()
+            .to_string()
+            .contains("tried nothing"));
+    }
+
+    #[test]
+    fn a_library_without_nccl_is_refused() {
+        let msg = load_from(&[OsString::from("libc.so.6")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("libc.so.6: not NCCL: no symbol ncclGetVersion"),
+            "{msg}"
+        );
+    }
+}
