@@ -8,7 +8,8 @@
 //! [`UniqueId`]: nothing of NCCL is needed to build. The candidates, in order: the file named by
 //! the environment variable `GRAPH_RT_NCCL` (a full path), then `nvidia/nccl/lib/libnccl.so.2`
 //! below Python's package folders (PyTorch's wheels: `PYTHONPATH`, the active virtual or conda
-//! environment, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`), then `libnccl.so.2` from the
+//! environment, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`; when none has it, the folders
+//! the `python3` on the path names), then `libnccl.so.2` from the
 //! dynamic loader's path. NCCL 2.14 or later. When none loads, the error lists what was tried and
 //! why each failed. Loading sets `NCCL_NVLS_ENABLE=0` unless it is set: NVLink multicast maps a
 //! collective's buffers into a multicast object (`cuMulticastCreate`), which a rebinding of the
@@ -303,6 +304,35 @@ mod tests {
             vec![OsString::from(LIBRARY_NAME)]
         );
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_unique_id_goes_through_a_file_whole_or_not_at_all() {
+        use super::UniqueId;
+        use std::time::Duration;
+        let dir = std::env::temp_dir().join(format!("graph-rt-nccl-id-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("id");
+        let id = UniqueId::from_bytes(std::array::from_fn(|i| i as u8));
+        id.write_file(&path).unwrap();
+        assert_eq!(UniqueId::read_file(&path, Duration::ZERO).unwrap(), id);
+        // No temporary file is left beside it.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let e = UniqueId::read_file(&dir.join("never"), Duration::from_millis(30)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Timeout {
+                    call: "UniqueId::read_file",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        std::fs::write(&path, [0u8; 7]).unwrap();
+        let e = UniqueId::read_file(&path, Duration::ZERO).unwrap_err();
+        assert_eq!(misuse(e), Misuse::Malformed);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

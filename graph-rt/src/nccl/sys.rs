@@ -175,7 +175,14 @@ pub(crate) fn library() -> Result<&'static NcclLib> {
              a collective into a multicast object, which rebinding cannot follow"
         );
     }
-    let lib = load_from(&candidates(std::env::var_os(ENV_VAR), &python_roots()))?;
+    let env = std::env::var_os(ENV_VAR).filter(|v| !v.is_empty());
+    let mut roots = python_roots();
+    if env.is_none() && !roots.iter().any(|r| r.join(WHEEL_PATH).is_file()) {
+        // PyTorch may live where no usual folder says (a virtual environment not activated):
+        // ask the Python on the path where it installs packages.
+        roots.extend(ask_python());
+    }
+    let lib = load_from(&candidates(env, &roots))?;
     Ok(LIBRARY.get_or_init(|| lib))
 }
 
@@ -200,6 +207,26 @@ pub(crate) fn python_roots() -> Vec<PathBuf> {
         roots.extend(site_folders(&prefix));
     }
     roots
+}
+
+/// The package folders of the `python3` on the path (or of `$PYTHON`): `site.getsitepackages()`,
+/// the user's, and `sys.path`. Empty when there is no Python or it fails.
+fn ask_python() -> Vec<PathBuf> {
+    const ASK: &str = "import site, sys; print(chr(10).join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))";
+    let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
+    let out = std::process::Command::new(&python)
+        .args(["-I", "-c", ASK])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(PathBuf::from)
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// `prefix/lib/python3*/{site,dist}-packages` and `prefix/lib/python3/dist-packages` that exist,

@@ -14,6 +14,7 @@ mod instantiate;
 mod kernels;
 mod lifetime;
 mod memory;
+mod nccl;
 mod prelude;
 mod profile;
 mod programmatic;
