@@ -39,10 +39,17 @@ pub struct ProfileOptions {
     /// Default 64.
     pub sample_every: u64,
     /// A kept mode whose sampled median (of the last 8) exceeds the profiled one by this
-    /// fraction is profiled again. Default 0.25.
+    /// fraction is profiled again. Default 0.25. Not for a step that makes collectives
+    /// ([`Step::makes_collectives`](crate::step::Step::makes_collectives)): a rank would profile
+    /// alone, its extra or changed calls unmatched by the other ranks; the drift is noted in the
+    /// report instead.
     pub drift: f64,
     /// A step kept eager (its graph freed) captures and profiles again after this many calls,
-    /// for work that became stable. 0: never. Default 4096.
+    /// for work that became stable. 0: never. Default 4096. Never for a step that makes
+    /// collectives (as for `drift`). Such a step, re-runnable, is profiled at its first call on
+    /// every rank, on the same schedule (the decisions file is not read for it: a rank whose
+    /// file has the decision would skip the calls the others run); not re-runnable, its first
+    /// calls are the samples, which adds no call.
     pub retry_after: u64,
     /// Fail instead of running eagerly when the step cannot be captured.
     pub strict: bool,
@@ -141,7 +148,15 @@ where
         self.report.one_time_us = build.us;
         self.report.memory_bytes = build.memory_bytes;
         let key = self.key()?;
-        if let Some(stored) = self.store.as_ref().and_then(|s| s.get(&key)) {
+        // A step of collectives measured now runs extra calls: every rank must, so no rank
+        // takes a stored decision that another may lack.
+        let lockstep = self.step.makes_collectives() && self.options.rerunnable;
+        if let Some(stored) = self
+            .store
+            .as_ref()
+            .filter(|_| !lockstep)
+            .and_then(|s| s.get(&key))
+        {
             let decision = stored.decision();
             self.report.eager = Some(stats_at(stored.eager_us));
             self.report.graph = Some(stats_at(stored.graph_us));
@@ -383,7 +398,19 @@ where
         if sampled {
             self.sampler.end(self.step.stream())?;
         }
-        if self.sampler.drifted() {
+        if self.sampler.drifted() && self.step.makes_collectives() {
+            // A rank alone would run extra calls (or change its captures): never for collectives.
+            if !self
+                .report
+                .notes
+                .iter()
+                .any(|n| n.starts_with("drift seen"))
+            {
+                self.report.notes.push(
+                    "drift seen, not profiled again: the step makes collectives, and no rank re-profiles alone".into(),
+                );
+            }
+        } else if self.sampler.drifted() {
             self.report.reprofiles += 1;
             self.report.notes.push(format!(
                 "drift: the {mode} mode's sampled median left the profiled one by more than {:.0}%",
@@ -391,7 +418,7 @@ where
             ));
             return self.reprofile();
         }
-        if mode == Mode::Eager && self.options.retry_after > 0 {
+        if mode == Mode::Eager && self.options.retry_after > 0 && !self.step.makes_collectives() {
             self.eager_calls += 1;
             let retry = matches!(
                 self.report.decision.as_ref().map(|d| &d.reason),

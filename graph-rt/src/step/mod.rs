@@ -177,6 +177,8 @@ pub struct Step<F> {
     options: StepOptions,
     body: F,
     report: StepMode,
+    // The closure made collectives in its first run (`StepScope::nccl`).
+    collectives: bool,
 }
 
 impl<F> std::fmt::Debug for Step<F> {
@@ -204,6 +206,7 @@ where
             body,
             graph: None,
             report: StepMode::Eager(EagerReason::Asked),
+            collectives: false,
         };
         if step.params.ctx.as_raw() != stream.context().as_raw() {
             return Err(Error::misuse(
@@ -258,6 +261,7 @@ where
         }
         let scope = StepScope::new(Run::Eager(&self.stream), &self.params, None);
         (self.body)(&scope)?;
+        self.collectives |= scope.collectives.get();
         Ok(scope.refused.get())
     }
 
@@ -500,6 +504,13 @@ where
     /// How the step runs its calls, and why.
     pub fn mode(&self) -> &StepMode {
         &self.report
+    }
+
+    /// Whether the closure makes collectives ([`StepScope::nccl`]): every rank's step must then
+    /// run the closure the same number of times, so nothing runs it on one rank alone (the
+    /// profiler re-profiles no such step; see [`crate::profile::ProfileOptions`]).
+    pub fn makes_collectives(&self) -> bool {
+        self.collectives
     }
 
     /// The step's stream.

@@ -41,6 +41,8 @@ pub struct StepScope<'a> {
     after_refresh: Cell<bool>,
     // graph-rt's kernels the closure launched, in order (for the step's choice of mix).
     pub(super) launched: RefCell<Vec<Launched>>,
+    // Whether the closure made collectives (`StepScope::nccl`).
+    pub(super) collectives: Cell<bool>,
 }
 
 impl<'a> StepScope<'a> {
@@ -56,6 +58,7 @@ impl<'a> StepScope<'a> {
             refused: Cell::new(None),
             after_refresh: Cell::new(true),
             launched: RefCell::new(Vec::new()),
+            collectives: Cell::new(false),
         }
     }
 
@@ -219,6 +222,7 @@ impl<'a> StepScope<'a> {
         calls: impl FnOnce(&Communicator) -> Result<R>,
     ) -> Result<R> {
         self.after_refresh.set(false);
+        self.collectives.set(true);
         match &self.run {
             Run::Eager(_) => calls(comm),
             Run::Capture(c) => comm.record(c, calls),

@@ -461,3 +461,49 @@ fn two_gpus_a_step_on_each_gpu_rebinds_its_all_reduce_every_call() {
         eprintln!("rank {rank}: all-reduce 4 KiB bf16, host-synchronized µs: eager {eager:.1}, step (rebound every call) {replay:.1}");
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
+fn nccl_a_profiled_step_of_collectives_profiles_on_the_same_schedule_in_every_process() {
+    use crate::profile::{ProfileOptions, Profiled};
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let comm = one_rank(&ctx);
+    let store = std::env::temp_dir().join(format!("graph-rt-nccl-decisions-{}.json", std::process::id()));
+    let _ = std::fs::remove_file(&store);
+    let options = ProfileOptions {
+        rerunnable: true,
+        store: Some(store.clone()),
+        sample_every: 1,
+        ..ProfileOptions::default()
+    };
+    let x_host = random_f32(N);
+    let x = DeviceBuffer::from_host(&ctx, &x_host).unwrap();
+    let mut reports = Vec::new();
+    // Twice, as two processes would: the second finds the first's decision in the file and
+    // still profiles, as a rank without the file would.
+    for _ in 0..2 {
+        let mut p = StepParams::new(&ctx, 2).unwrap();
+        let y = p.buffer::<f32>(N).unwrap();
+        let out = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+        p.bind(&y, &out).unwrap();
+        let mut step = Profiled::new("all-reduce", &stream, p, StepOptions::default(), options.clone(), |s| {
+            let mut yb = s.buffer(&y)?;
+            s.nccl(&comm, |c| c.all_reduce(&x, &mut yb, ReduceOp::Avg, s.stream()))
+        })
+        .unwrap();
+        assert!(step.step().makes_collectives());
+        for _ in 0..sized(200, 20, 10) {
+            step.run().unwrap();
+        }
+        comm.synchronize(&stream, Duration::from_secs(30)).unwrap();
+        assert_eq!(out.read_on(&stream).unwrap(), x_host);
+        reports.push(step.report().clone());
+    }
+    for r in &reports {
+        assert!(!r.from_file, "{r:?}");
+        assert_eq!(r.reprofiles, 0, "{r:?}");
+    }
+    assert_eq!(reports[0].profiled_calls, reports[1].profiled_calls);
+    let _ = std::fs::remove_file(&store);
+}
