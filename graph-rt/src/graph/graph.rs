@@ -291,6 +291,16 @@ impl Graph {
         Ok(unsafe { super::raw_node::node_type(raw) }?.into())
     }
 
+    /// The device memory `node` copies or sets, as `(first byte, bytes)` ranges: a copy's
+    /// device-side source and destination, a set's destination; empty for other kinds of node.
+    pub fn copied_ranges(&self, node: Node) -> Result<Vec<(u64, u64)>> {
+        let handle = Arc::clone(&self.handle);
+        let _guard = handle.lock("cuGraphMemcpyNodeGetParams")?;
+        let raw = node.raw_in(self.handle.id, "cuGraphMemcpyNodeGetParams")?;
+        // SAFETY: a node of this (live) graph.
+        unsafe { super::raw_node::copy_node_ranges(raw) }
+    }
+
     /// A deep copy (`cuGraphClone`) that keeps the same resources alive. Refused for a graph
     /// with device-updatable nodes (an installed prelude), which CUDA cannot clone. Its nodes pair with
     /// this graph's in an exec update; [`Graph::node_in_clone`] finds the copy of a node.

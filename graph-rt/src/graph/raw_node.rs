@@ -44,6 +44,64 @@ pub(crate) unsafe fn node_type(node: CUgraphNode) -> Result<CUgraphNodeType> {
     Ok(t)
 }
 
+/// The device memory a copy or set node writes or reads, as `(first byte, bytes)` ranges of
+/// its device-side operands (a copy's host or array operands are left out), empty for other
+/// kinds of node.
+///
+/// # Safety
+/// `node` must be a node of a live graph.
+pub(crate) unsafe fn copy_node_ranges(node: CUgraphNode) -> Result<Vec<(u64, u64)>> {
+    use graph_rt_sys::CUmemorytype as M;
+    // SAFETY: forwarded to the caller.
+    match unsafe { node_type(node) }? {
+        CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => {
+            // SAFETY: CUDA_MEMCPY3D is plain data, all zeros a valid value.
+            let mut p: graph_rt_sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+            // SAFETY: a copy node of a live graph (the caller's promise); valid out-pointer.
+            unsafe { cu!(cuGraphMemcpyNodeGetParams(node, &mut p)) }?;
+            let rows = (p.Height.max(1) * p.Depth.max(1)) as u64;
+            let mut out = Vec::new();
+            for (kind, base, x, y, z, pitch, height) in [
+                (
+                    p.srcMemoryType,
+                    p.srcDevice,
+                    p.srcXInBytes,
+                    p.srcY,
+                    p.srcZ,
+                    p.srcPitch,
+                    p.srcHeight,
+                ),
+                (
+                    p.dstMemoryType,
+                    p.dstDevice,
+                    p.dstXInBytes,
+                    p.dstY,
+                    p.dstZ,
+                    p.dstPitch,
+                    p.dstHeight,
+                ),
+            ] {
+                if kind == M::CU_MEMORYTYPE_DEVICE || kind == M::CU_MEMORYTYPE_UNIFIED {
+                    let pitch = pitch.max(p.WidthInBytes) as u64;
+                    let start = base + x as u64 + (y as u64 + z as u64 * height as u64) * pitch;
+                    out.push((start, pitch * (rows - 1) + p.WidthInBytes as u64));
+                }
+            }
+            Ok(out)
+        }
+        CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => {
+            // SAFETY: plain data, all zeros a valid value.
+            let mut p: graph_rt_sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+            // SAFETY: a set node of a live graph (the caller's promise); valid out-pointer.
+            unsafe { cu!(cuGraphMemsetNodeGetParams(node, &mut p)) }?;
+            let row = p.width as u64 * p.elementSize as u64;
+            let pitch = (p.pitch as u64).max(row);
+            Ok(vec![(p.dst, pitch * (p.height.max(1) as u64 - 1) + row)])
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// The parameters of kernel node `node` (`cuGraphKernelNodeGetParams`).
 ///
 /// # Safety

@@ -308,6 +308,7 @@ where
                 discovery.unexplained.len()
             )));
         }
+        refuse_copies_of_declared(&first, dyn_first)?;
         let kernel_nodes = snapshots.len();
         let patched_words = discovery.patches.len();
         let mix = match &options.cost_model {
@@ -525,6 +526,30 @@ fn changed(reason: String) -> Error {
 
 /// Whether `e` is a capture's failure (rather than the closure's own error, which the eager
 /// run would have met first).
+/// A capture the step cannot replay as captured: the capture failed, or a copy or set node
+/// reads or writes a declared buffer (the step runs eagerly then, unless
+/// [`StepOptions::fail_on_capture_error`]).
 fn is_capture_failure(e: &Error) -> bool {
-    matches!(e, Error::Capture { .. })
+    matches!(e, Error::Capture { .. }) || matches!(e.misuse_kind(), Some(Misuse::ParamCopied))
+}
+
+/// Refuses a capture with a copy or set node over a declared buffer: one a library made itself
+/// (NCCL's one-rank sum is a `cudaMemcpyAsync`; copy-engine collectives are copies), not through
+/// the scope, which no rebinding reaches — replays would keep copying the first call's buffers.
+fn refuse_copies_of_declared(graph: &crate::graph::Graph, declared: &[Dynamic]) -> Result<()> {
+    for node in graph.nodes()? {
+        for (base, len) in graph.copied_ranges(node)? {
+            let range = Dynamic { base, len };
+            if let Some(k) = declared.iter().position(|d| d.overlaps(&range)) {
+                return Err(Error::misuse(
+                    "Step::new",
+                    Misuse::ParamCopied,
+                    format!(
+                        "a copy or set node the closure's libraries made (not through the scope) reads or writes declared buffer {k}, and copies are not rebound between calls: the step runs eagerly"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
