@@ -4,7 +4,7 @@
 //! (`libcuda.so.1`), so programs build anywhere and run on any driver of CUDA 12.4 or newer.
 //! The crate to depend on is `graph-rt` (this one): the core at its root
 //! (`graph_rt::Context`, `graph_rt::ArgTable`, …), the features in modules ([`crate::table`],
-//! [`crate::triton`], [`crate::foreign`], [`crate::cublas`], [`crate::choose`],
+//! [`crate::triton`], [`crate::foreign`], [`crate::cublas`], [`crate::nccl`], [`crate::choose`],
 //! [`crate::calibrate`], [`crate::step`], [`crate::profile`]), the raw driver bindings as [`crate::sys`], the shipped kernels as
 //! [`crate::kernels`] and the PTX pass as [`crate::ptx`].
 //!
@@ -34,6 +34,9 @@
 //!    once and replayed with one call, its buffers and scalars rebound every call.
 //! 8. [The profiler](crate::manual::profile): keep a step's graph only where it beats eager,
 //!    decisions kept across processes, drift watched; a step split into graph and eager runs.
+//! 9. Several GPUs: [`crate::nccl`] (its module docs are the chapter): NCCL communicators of one
+//!    rank a GPU, their collectives eagerly, in groups, in captures and in a step
+//!    ([`crate::step::StepScope::nccl`]), rebound by discovery and the prelude like cuBLAS.
 //!
 //! # Rebinding: which mechanism for which kernels
 //!
@@ -42,6 +45,7 @@
 //! | any | per-node update ([`crate::GraphExec::set_kernel_args`]), or re-capture + [`crate::GraphExec::update`] | [`capture`](crate::manual::capture) |
 //! | shipped, nvcc/NVRTC or Triton PTX | argument table (with PDL on compute capability 9.0+) | [`table`](crate::manual::table), [`triton`](crate::manual::triton) |
 //! | cuBLAS, cuDNN, cubins | discovery, then the in-graph prelude or host patching | [`foreign`](crate::manual::foreign) |
+//! | NCCL collectives | discovery, then the in-graph prelude (through a step) | [`crate::nccl`] |
 //! | a mix, or unsure | measure, then [`crate::choose::choose`] | [`choose`](crate::manual::choose) |
 
 pub mod basics;
