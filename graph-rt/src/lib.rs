@@ -47,6 +47,7 @@ pub mod cublas;
 pub mod cudarc;
 mod discover;
 mod driver;
+mod dylib;
 mod error;
 mod graph;
 mod launch;

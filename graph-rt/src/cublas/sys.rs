@@ -7,7 +7,7 @@
 use std::ffi::{c_int, c_longlong, c_void, OsStr, OsString};
 use std::sync::OnceLock;
 
-use graph_rt_sys::{with_sources, CUstream};
+use graph_rt_sys::CUstream;
 use libloading::Library;
 
 use crate::error::{Error, Result};
@@ -169,44 +169,24 @@ pub(crate) fn candidates(env: Option<OsString>) -> Vec<OsString> {
 /// Opens the first of `candidates` that loads and has every function, without touching the
 /// process-wide library. The error lists every candidate and why it failed.
 pub(crate) fn load_from(candidates: &[OsString]) -> Result<CublasLib> {
-    let mut failed = Vec::new();
-    for candidate in candidates {
-        match open(candidate) {
-            Ok(lib) => {
-                if !failed.is_empty() {
-                    tracing::warn!(
-                        loaded = %candidate.to_string_lossy(),
-                        failed = %failed.join("; "),
-                        "graph-rt: cuBLAS loaded from a later candidate"
-                    );
-                }
-                return Ok(lib);
-            }
-            Err(reason) => failed.push(format!("{}: {reason}", candidate.to_string_lossy())),
-        }
-    }
-    let tried = if failed.is_empty() {
-        "nothing".to_owned()
-    } else {
-        failed.join("; ")
-    };
-    // Not a misuse: the library is missing or does not load (as `Error::Load` for the driver).
-    Err(Error::invalid(
-        "dlopen(libcublas)",
-        format!(
-            "could not load cuBLAS (tried {tried}): set {ENV_VAR} to the full path of \
-             libcublas.so.13 or libcublas.so.12, e.g. PyTorch's \
-             site-packages/nvidia/cu13/lib/libcublas.so.13 (libcublasLt must be in the same \
-             folder or on the loader's path)"
-        ),
-    ))
+    crate::dylib::first_that_opens("cuBLAS", candidates, open).map_err(|tried| {
+        Error::invalid(
+            "dlopen(libcublas)",
+            format!(
+                "could not load cuBLAS (tried {tried}): set {ENV_VAR} to the full path of \
+                 libcublas.so.13 or libcublas.so.12, e.g. PyTorch's \
+                 site-packages/nvidia/cu13/lib/libcublas.so.13 (libcublasLt must be in the same \
+                 folder or on the loader's path)"
+            ),
+        )
+    })
 }
 
 /// Opens `path` and resolves every function, or says why not.
 fn open(path: &OsStr) -> Result<CublasLib, String> {
     // SAFETY: loading cuBLAS runs its initialisers, which have no preconditions; the path is the
     // user's choice (GRAPH_RT_CUBLAS) or a cuBLAS soname found by the dynamic loader.
-    let library = unsafe { Library::new(path) }.map_err(|e| with_sources(&e))?;
+    let library = unsafe { crate::dylib::open(path) }?;
     // SAFETY: each type is the function's C signature in cuBLAS 12 and 13 (cublas_api.h).
     unsafe {
         Ok(CublasLib {
@@ -232,14 +212,7 @@ fn open(path: &OsStr) -> Result<CublasLib, String> {
 /// `T` must be the type of the symbol.
 unsafe fn symbol<T: Copy>(library: &Library, name: &[u8]) -> Result<T, String> {
     // SAFETY: forwarded to the caller.
-    match unsafe { library.get::<T>(name) } {
-        Ok(s) => Ok(*s),
-        Err(e) => Err(format!(
-            "not cuBLAS: no symbol {} ({})",
-            String::from_utf8_lossy(name.strip_suffix(b"\0").unwrap_or(name)),
-            with_sources(&e)
-        )),
-    }
+    unsafe { crate::dylib::symbol(library, "cuBLAS", name) }
 }
 
 /// The name of a `cublasStatus_t`.

@@ -12,7 +12,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use graph_rt_sys::{with_sources, CUstream};
+use graph_rt_sys::CUstream;
 use libloading::Library;
 
 use crate::error::{Error, NcclCode, Result};
@@ -268,42 +268,23 @@ pub(crate) fn candidates(env: Option<OsString>, roots: &[PathBuf]) -> Vec<OsStri
 /// Opens the first of `candidates` that loads, has every function and is recent enough,
 /// without touching the process-wide library. The error lists every candidate and why it failed.
 pub(crate) fn load_from(candidates: &[OsString]) -> Result<NcclLib> {
-    let mut failed = Vec::new();
-    for candidate in candidates {
-        match open(candidate) {
-            Ok(lib) => {
-                if !failed.is_empty() {
-                    tracing::warn!(
-                        loaded = %candidate.to_string_lossy(),
-                        failed = %failed.join("; "),
-                        "graph-rt: NCCL loaded from a later candidate"
-                    );
-                }
-                return Ok(lib);
-            }
-            Err(reason) => failed.push(format!("{}: {reason}", candidate.to_string_lossy())),
-        }
-    }
-    let tried = if failed.is_empty() {
-        "nothing".to_owned()
-    } else {
-        failed.join("; ")
-    };
     let (major, minor) = MIN_VERSION;
-    Err(Error::invalid(
-        "dlopen(libnccl)",
-        format!(
-            "could not load NCCL {major}.{minor} or later (tried {tried}): set {ENV_VAR} to the \
-             full path of libnccl.so.2, e.g. PyTorch's site-packages/{WHEEL_PATH}"
-        ),
-    ))
+    crate::dylib::first_that_opens("NCCL", candidates, open).map_err(|tried| {
+        Error::invalid(
+            "dlopen(libnccl)",
+            format!(
+                "could not load NCCL {major}.{minor} or later (tried {tried}): set {ENV_VAR} to the \
+                 full path of libnccl.so.2, e.g. PyTorch's site-packages/{WHEEL_PATH}"
+            ),
+        )
+    })
 }
 
 /// Opens `path`, resolves every function and checks the version, or says why not.
 fn open(path: &OsStr) -> Result<NcclLib, String> {
     // SAFETY: loading NCCL runs its initialisers, which have no preconditions; the path is the
     // user's choice (GRAPH_RT_NCCL), a wheel's libnccl.so.2 or the soname the loader finds.
-    let library = unsafe { Library::new(path) }.map_err(|e| with_sources(&e))?;
+    let library = unsafe { crate::dylib::open(path) }?;
     // SAFETY: the type is ncclGetVersion's C signature.
     let get_version: GetVersionFn = unsafe { symbol(&library, b"ncclGetVersion\0")? };
     let mut version = 0;
@@ -364,14 +345,7 @@ pub(crate) fn split_version(code: i32) -> (u32, u32, u32) {
 /// `T` must be the type of the symbol.
 unsafe fn symbol<T: Copy>(library: &Library, name: &[u8]) -> Result<T, String> {
     // SAFETY: forwarded to the caller.
-    match unsafe { library.get::<T>(name) } {
-        Ok(s) => Ok(*s),
-        Err(e) => Err(format!(
-            "not NCCL: no symbol {} ({})",
-            String::from_utf8_lossy(name.strip_suffix(b"\0").unwrap_or(name)),
-            with_sources(&e)
-        )),
-    }
+    unsafe { crate::dylib::symbol(library, "NCCL", name) }
 }
 
 /// What the caller can do about a `ncclResult_t`.
