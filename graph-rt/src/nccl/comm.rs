@@ -197,10 +197,9 @@ impl CommInner {
 }
 
 impl Drop for CommInner {
-    /// Runs where the last owner lets go: on the context's release thread (the `Communicator`'s
-    /// drop hands it there), once every collective queued eagerly has finished and every graph
-    /// that captured one is gone. Finalizes and destroys the communicator, or aborts it when
-    /// finalizing takes longer than its timeout.
+    /// Runs where the last owner lets go (the `Communicator`, an eager collective's parked batch
+    /// once it has run, a graph that captured one): hands the destroy to the context's release
+    /// thread, since it waits for peers and for the device, which no capture allows.
     fn drop(&mut self) {
         RANKS
             .lock()
@@ -208,18 +207,54 @@ impl Drop for CommInner {
         if self.aborted.load(Ordering::Acquire) {
             return;
         }
+        let destroy = Destroy {
+            comm: self.comm,
+            lib: self.lib,
+            ctx: self.ctx.clone(),
+            timeout: self.timeout,
+        };
+        self.ctx.inner.tracker.release_later(Box::new(destroy));
+    }
+}
+
+/// A communicator nothing uses any more, to finalize and destroy on the release thread (or to
+/// abort when finalizing takes longer than its timeout).
+struct Destroy {
+    comm: Comm,
+    lib: &'static NcclLib,
+    ctx: Context,
+    timeout: Duration,
+}
+
+// SAFETY: a communicator may be destroyed from any thread once nothing else uses it (its
+// `CommInner` is gone).
+unsafe impl Send for Destroy {}
+
+impl Drop for Destroy {
+    fn drop(&mut self) {
         let r = self.ctx.bind().and_then(|_| {
             // SAFETY: a live communicator nothing uses any more.
             let status = unsafe { (self.lib.finalize)(self.comm) };
             check_or_progress(self.lib, "ncclCommFinalize", status, self.comm)?;
-            self.wait("ncclCommFinalize", Instant::now() + self.timeout)?;
+            let deadline = Instant::now() + self.timeout;
+            wait_comm(
+                self.lib,
+                self.comm,
+                "ncclCommFinalize",
+                deadline,
+                self.timeout,
+            )?;
             // SAFETY: finalized, used by nothing.
             let status = unsafe { (self.lib.destroy)(self.comm) };
             check(self.lib, "ncclCommDestroy", status, std::ptr::null_mut())
         });
         if r.is_err() {
             // A peer that never finalizes must not keep this thread: abort frees it anyway.
-            let _ = self.abort_now();
+            // SAFETY: the communicator, not destroyed (the destroy failed or was not reached).
+            let _ = self
+                .ctx
+                .bind()
+                .map(|_| unsafe { (self.lib.abort)(self.comm) });
         }
         self.ctx.inner.record(r);
     }
@@ -234,7 +269,9 @@ impl Drop for CommInner {
 /// call with [`Error::Timeout`] instead of hanging it. `Send` but not `Sync`: a communicator is
 /// used from one thread at a time (one thread a GPU, or every rank in one thread through
 /// [`group`](super::group)). Dropping it never waits: it is destroyed on the context's release
-/// thread once nothing can use it (the collectives queued so far, the graphs that captured one).
+/// thread once nothing can use it (the collectives queued so far, the graphs that captured one):
+/// wherever the last of those lets go, the destroy (which waits for peers and the device, what
+/// no capture allows) is handed to that thread.
 pub struct Communicator {
     pub(super) inner: Arc<CommInner>,
     // Inside `record`: the capturing stream, and what the collectives used, for its graph.
@@ -477,18 +514,6 @@ impl Communicator {
             sys::NCCL_SUCCESS | sys::NCCL_IN_PROGRESS => Ok(()),
             failed => Err(sys::error(self.inner.lib, call, failed, self.inner.comm)),
         }
-    }
-}
-
-impl Drop for Communicator {
-    fn drop(&mut self) {
-        // `kept` holds something only if a recording's collectives panicked.
-        drop(self.kept.take());
-        let inner = self.inner.clone();
-        let tracker = &self.inner.ctx.inner.tracker;
-        // The destroy (in `CommInner`'s drop, where the last owner lets go) waits for peers and
-        // for the device, which no capture allows: never here.
-        tracker.release_later(Box::new(inner));
     }
 }
 
