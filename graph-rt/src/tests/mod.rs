@@ -15,6 +15,7 @@ mod kernels;
 mod lifetime;
 mod memory;
 mod nccl;
+mod nccl_processes;
 mod prelude;
 mod profile;
 mod programmatic;

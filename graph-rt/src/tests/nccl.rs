@@ -324,7 +324,7 @@ fn nccl_misuse_is_refused_with_its_variant() {
 }
 
 /// Two contexts, on devices 0 and 1, or a clear failure on a machine with fewer GPUs.
-fn two_gpus() -> (super::TestContext, Context) {
+pub(super) fn two_gpus() -> (super::TestContext, Context) {
     let count = crate::Device::count().unwrap();
     assert!(
         count >= 2,
@@ -411,7 +411,7 @@ fn two_gpus_collectives_equal_the_single_gpu_reference() {
 /// One rank's side of [`two_gpus_a_step_on_each_gpu_rebinds_its_all_reduce_every_call`]: the
 /// host-synchronized µs of an eager all-reduce and of the step, medians, and whether every
 /// checked call summed right.
-fn rank_of_two(ctx: Context, id: UniqueId, rank: usize, calls: usize) -> (f64, f64) {
+pub(super) fn rank_of_two(ctx: Context, id: UniqueId, rank: usize, calls: usize) -> (f64, f64) {
     let comm = Communicator::init_rank(&ctx, &id, rank, 2, &CommOptions::default()).unwrap();
     let stream = Stream::new(&ctx).unwrap();
     // 4 KiB of bf16, as the probe's first size.

@@ -1,0 +1,159 @@
+//! NCCL ranks in two processes that meet through a unique-id file: the test spawns this test
+//! binary again, running the same test as the other rank. On one GPU NCCL itself must refuse
+//! the second rank with a typed error (the in-process registry cannot see another process); on
+//! two, the ranks sum and rebind a step as threads do.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use super::nccl::{rank_of_two, two_gpus};
+use crate::nccl::{CommOptions, Communicator, NcclCode, UniqueId};
+use crate::{Context, Error};
+
+/// Set in a child process: the rank it plays and the file holding the id, `<rank>:<file>`.
+const ROLE: &str = "GRAPH_RT_TEST_NCCL_ROLE";
+
+/// The (rank, id file) this process plays when a test spawned it.
+fn role() -> Option<(usize, PathBuf)> {
+    let v = std::env::var(ROLE).ok()?;
+    let (rank, file) = v.split_once(':')?;
+    Some((rank.parse().ok()?, PathBuf::from(file)))
+}
+
+/// A fresh id file path for this process.
+fn id_file(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("graph-rt-{test}-{}.id", std::process::id()))
+}
+
+/// The other rank's process: the child and the file its output goes to.
+struct Other {
+    child: Child,
+    log: PathBuf,
+}
+
+/// Runs this binary's test `test` (of this module) in a child process as `rank`. Its output
+/// goes to a file, echoed by [`Other::wait`] with each line prefixed: the suite's log parsers
+/// read one test's `test result:` line a log.
+fn spawn_rank(test: &str, rank: usize, file: &Path) -> Other {
+    let module = module_path!()
+        .split_once("::")
+        .map_or(module_path!(), |(_, m)| m);
+    let log = file.with_extension(format!("rank{rank}.log"));
+    let out = std::fs::File::create(&log).expect("the other rank's log file");
+    let err = out.try_clone().expect("the other rank's log file");
+    let child = Command::new(std::env::current_exe().expect("the test binary's path"))
+        .args([
+            &format!("{module}::{test}"),
+            "--exact",
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(ROLE, format!("{rank}:{}", file.display()))
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("spawning the other rank's process");
+    Other { child, log }
+}
+
+impl Other {
+    /// Waits up to `timeout` (kills it past that: a failed test, never a hang), echoes its
+    /// output, and returns how it ended.
+    fn wait(mut self, timeout: Duration) -> ExitStatus {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for the other rank") {
+                break Some(status);
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let _ = std::fs::remove_file(&self.log);
+        for line in text.lines() {
+            eprintln!("[other rank] {line}");
+        }
+        status.unwrap_or_else(|| {
+            panic!("the other rank's process did not end within {timeout:?}: killed")
+        })
+    }
+}
+
+/// Rank `rank` of two on device `device`, the id read from `file`; NCCL's verdict.
+fn init_from_file(device: usize, rank: usize, file: &Path) -> crate::Result<Communicator> {
+    let ctx = Context::new(device)?;
+    let id = UniqueId::read_file(file, Duration::from_secs(60))?;
+    let options = CommOptions {
+        timeout: Duration::from_secs(30),
+    };
+    Communicator::init_rank(&ctx, &id, rank, 2, &options)
+}
+
+fn expect_duplicate_refused(who: &str, r: crate::Result<Communicator>) {
+    match r {
+        Err(e @ Error::Nccl { .. }) => {
+            eprintln!("{who}: NCCL refused two ranks on one GPU: {e}");
+            let Error::Nccl { code, .. } = e else {
+                unreachable!()
+            };
+            assert!(
+                matches!(code, NcclCode::InvalidUsage | NcclCode::RemoteError),
+                "{who}: {code:?}"
+            );
+        }
+        Err(e) => panic!("{who}: not NCCL's refusal but {e}"),
+        Ok(c) => panic!("{who}: NCCL made rank {} of two on the same GPU", c.rank()),
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
+fn nccl_two_processes_on_one_gpu_are_refused_by_nccl_with_a_typed_error() {
+    const TEST: &str = "nccl_two_processes_on_one_gpu_are_refused_by_nccl_with_a_typed_error";
+    if let Some((rank, file)) = role() {
+        expect_duplicate_refused(
+            &format!("rank {rank} (child)"),
+            init_from_file(0, rank, &file),
+        );
+        return;
+    }
+    // Holds the suite's GPU lock so that no other test's communicator shares the device.
+    let _gpu = super::capturing_ctx();
+    let file = id_file(TEST);
+    UniqueId::new().unwrap().write_file(&file).unwrap();
+    let child = spawn_rank(TEST, 1, &file);
+    let r = init_from_file(0, 0, &file);
+    let status = child.wait(Duration::from_secs(300));
+    let _ = std::fs::remove_file(&file);
+    expect_duplicate_refused("rank 0 (parent)", r);
+    assert!(status.success(), "the child rank: {status}");
+}
+
+#[test]
+#[ignore = "needs two CUDA GPUs and NCCL"]
+fn two_gpus_two_processes_meet_through_a_unique_id_file_and_rebind_a_step() {
+    const TEST: &str = "two_gpus_two_processes_meet_through_a_unique_id_file_and_rebind_a_step";
+    let calls = 200;
+    if let Some((rank, file)) = role() {
+        let id = UniqueId::read_file(&file, Duration::from_secs(60)).unwrap();
+        let (eager, replay) = rank_of_two(Context::new(rank).unwrap(), id, rank, calls);
+        eprintln!("rank {rank} (child process): eager {eager:.1} µs, step {replay:.1} µs");
+        return;
+    }
+    let (c0, _c1) = two_gpus();
+    let file = id_file(TEST);
+    let id = UniqueId::new().unwrap();
+    id.write_file(&file).unwrap();
+    let child = spawn_rank(TEST, 1, &file);
+    let (eager, replay) = rank_of_two(c0.clone(), id, 0, calls);
+    let status = child.wait(Duration::from_secs(300));
+    let _ = std::fs::remove_file(&file);
+    eprintln!("rank 0 (parent process): eager {eager:.1} µs, step {replay:.1} µs");
+    assert!(status.success(), "the child rank: {status}");
+}
