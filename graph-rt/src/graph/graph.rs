@@ -295,8 +295,9 @@ impl Graph {
     /// device-side source and destination, a set's destination; empty for other kinds of node.
     pub fn copied_ranges(&self, node: Node) -> Result<Vec<(u64, u64)>> {
         let handle = Arc::clone(&self.handle);
-        let _guard = handle.lock("cuGraphMemcpyNodeGetParams")?;
-        let raw = node.raw_in(self.handle.id, "cuGraphMemcpyNodeGetParams")?;
+        // Named for the method: the driver call is a copy's or a set's, by the node's type.
+        let _guard = handle.lock("Graph::copied_ranges")?;
+        let raw = node.raw_in(self.handle.id, "Graph::copied_ranges")?;
         // SAFETY: a node of this (live) graph.
         unsafe { super::raw_node::copy_node_ranges(raw) }
     }

@@ -55,7 +55,7 @@ use crate::choose::{CostModel, Mix};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
-use crate::graph::{CaptureMode, GraphExec, InstantiateOptions};
+use crate::graph::{CaptureMode, GraphExec, InstantiateOptions, NodeKind};
 use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
 use crate::table::SlotScalar;
 
@@ -308,7 +308,15 @@ where
                 discovery.unexplained.len()
             )));
         }
-        refuse_copies_of_declared(&first, dyn_first)?;
+        // The fingerprint of the closure's work, before the prelude adds nodes of its own
+        // (which depend on the mix and the driver, not on the work); read once, for the
+        // copies' check too.
+        let nodes = first.nodes()?;
+        let kinds = nodes
+            .iter()
+            .map(|n| first.node_kind(*n))
+            .collect::<Result<Vec<_>>>()?;
+        refuse_copies_of_declared(&first, &nodes, &kinds, dyn_first)?;
         let kernel_nodes = snapshots.len();
         let patched_words = discovery.patches.len();
         let mix = match &options.cost_model {
@@ -324,13 +332,6 @@ where
         if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) {
             prelude_options.host_only = true;
         }
-        // The fingerprint of the closure's work, before the prelude adds nodes of its own
-        // (which depend on the mix and the driver, not on the work).
-        let kinds = first
-            .nodes()?
-            .into_iter()
-            .map(|n| first.node_kind(n))
-            .collect::<Result<Vec<_>>>()?;
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let prelude = if patched_words > 0 {
             let slots: Vec<_> = self.params.params.iter().map(|p| p.slot).collect();
@@ -536,9 +537,18 @@ fn is_capture_failure(e: &Error) -> bool {
 /// Refuses a capture with a copy or set node over a declared buffer: one a library made itself
 /// (NCCL's one-rank sum is a `cudaMemcpyAsync`; copy-engine collectives are copies), not through
 /// the scope, which no rebinding reaches — replays would keep copying the first call's buffers.
-fn refuse_copies_of_declared(graph: &crate::graph::Graph, declared: &[Dynamic]) -> Result<()> {
-    for node in graph.nodes()? {
-        for (base, len) in graph.copied_ranges(node)? {
+/// `kinds[i]` is the kind of `nodes[i]`, the graph's nodes.
+fn refuse_copies_of_declared(
+    graph: &crate::graph::Graph,
+    nodes: &[crate::graph::Node],
+    kinds: &[NodeKind],
+    declared: &[Dynamic],
+) -> Result<()> {
+    for (node, kind) in nodes.iter().zip(kinds) {
+        if !matches!(kind, NodeKind::Memcpy | NodeKind::Memset) {
+            continue;
+        }
+        for (base, len) in graph.copied_ranges(*node)? {
             let range = Dynamic { base, len };
             if let Some(k) = declared.iter().position(|d| d.overlaps(&range)) {
                 return Err(Error::misuse(
