@@ -89,8 +89,10 @@ impl Other {
 fn init_from_file(device: usize, rank: usize, file: &Path) -> crate::Result<Communicator> {
     let ctx = Context::new(device)?;
     let id = UniqueId::read_file(file, Duration::from_secs(60))?;
+    // NCCL refuses within a second; the deadline only bounds a hang. Generous: under racecheck
+    // with the sanitizer pool's 14 runs at once a 30 s init deadline passed (run 3, session 17).
     let options = CommOptions {
-        timeout: Duration::from_secs(30),
+        timeout: Duration::from_secs(120),
     };
     Communicator::init_rank(&ctx, &id, rank, 2, &options)
 }
