@@ -167,11 +167,7 @@ pub fn decide(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> Decision {
     let (e, g) = (eager.stats.median_error_us(), graph.stats.median_error_us());
     let noise = policy.noise_factor * (e * e + g * g).sqrt();
     let break_even = (saving > 0.0).then(|| (graph.one_time_us / saving).ceil().max(0.0) as u64);
-    let memory_charge = match policy.free_memory_bytes {
-        0 => 0.0,
-        free => policy.memory_penalty_us * graph.memory_bytes as f64 / free as f64,
-    };
-    let net = saving * policy.expected_calls as f64 - graph.one_time_us - memory_charge;
+    let net = one_time_budget_us(eager, graph, policy) - graph.one_time_us;
     let (mode, reason) = if saving <= noise {
         (Mode::Eager, Reason::WithinNoise)
     } else if net <= 0.0 {
@@ -185,6 +181,33 @@ pub fn decide(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> Decision {
         saving_us: saving,
         break_even_calls: break_even,
     }
+}
+
+/// The most the graph's one-time cost could be for it to pay back: the time it saves over the
+/// expected calls less the memory charge (negative where it saves nothing).
+fn one_time_budget_us(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> f64 {
+    let saving = eager.stats.median_us - graph.stats.median_us;
+    let memory_charge = match policy.free_memory_bytes {
+        0 => 0.0,
+        free => policy.memory_penalty_us * graph.memory_bytes as f64 / free as f64,
+    };
+    saving * policy.expected_calls as f64 - memory_charge
+}
+
+/// A one-time cost measured at up to this many times its usual figure is worth measuring
+/// again: a host hiccup during one build (seen on the H200: 2.4× the same step's other build)
+/// must not decide alone.
+pub const ONE_TIME_SPIKE: f64 = 3.0;
+
+/// Whether the graph is kept off by its one-time cost alone, and by a margin that one spiked
+/// measurement of it could make: [`decide`] says [`Reason::NeverPaysBack`] and the graph would
+/// pay back were its one-time cost [`ONE_TIME_SPIKE`] times less. The one-time cost is a single
+/// host-timed sample (where the per-call figures are medians of many); such a decision is worth
+/// measuring the build again for (the [`Profiled`](super::Profiled) step does, and takes the
+/// median).
+pub fn hinges_on_one_time(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> bool {
+    decide(eager, graph, policy).reason == Reason::NeverPaysBack
+        && one_time_budget_us(eager, graph, policy) * ONE_TIME_SPIKE >= graph.one_time_us
 }
 
 #[cfg(test)]
@@ -271,6 +294,48 @@ mod tests {
             &Policy::default(),
         );
         assert_eq!(d.mode, Mode::Graph);
+    }
+
+    #[test]
+    fn a_graph_kept_off_by_a_one_time_cost_a_spike_could_explain_is_measured_again() {
+        let policy = Policy {
+            expected_calls: 22,
+            ..Policy::default()
+        };
+        let eager = cost(Mode::Eager, 110.0, 5.0, 0.0);
+        // Saves 65 µs × 22 calls = 1430 µs: a build measured at 2000 µs keeps it off, but a
+        // third of that (667 µs) would not.
+        let spiked = cost(Mode::Graph, 45.0, 0.5, 2000.0);
+        assert_eq!(
+            decide(&eager, &spiked, &policy).reason,
+            Reason::NeverPaysBack
+        );
+        assert!(hinges_on_one_time(&eager, &spiked, &policy));
+        // Over 5 calls (325 µs saved) no plausible spike explains 2000 µs.
+        let few = Policy {
+            expected_calls: 5,
+            ..policy
+        };
+        assert!(!hinges_on_one_time(&eager, &spiked, &few));
+        // Kept (it pays back), or kept off by the noise: nothing to measure again.
+        let cheap = cost(Mode::Graph, 45.0, 0.5, 500.0);
+        assert_eq!(decide(&eager, &cheap, &policy).mode, Mode::Graph);
+        assert!(!hinges_on_one_time(&eager, &cheap, &policy));
+        let close = cost(Mode::Graph, 109.0, 5.0, 2000.0);
+        assert_eq!(decide(&eager, &close, &policy).reason, Reason::WithinNoise);
+        assert!(!hinges_on_one_time(&eager, &close, &policy));
+        // A graph that holds all the free memory is charged λ whatever its build costs.
+        let mut heavy = cost(Mode::Graph, 45.0, 0.5, 100.0);
+        heavy.memory_bytes = 1 << 30;
+        let charged = Policy {
+            free_memory_bytes: 1 << 30,
+            ..policy
+        };
+        assert_eq!(
+            decide(&eager, &heavy, &charged).reason,
+            Reason::NeverPaysBack
+        );
+        assert!(!hinges_on_one_time(&eager, &heavy, &charged));
     }
 
     #[test]

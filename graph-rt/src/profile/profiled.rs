@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::decide::{decide, Decision, Mode, ModeCost, Policy, Reason, Stats};
+use super::decide::{decide, hinges_on_one_time, Decision, Mode, ModeCost, Policy, Reason, Stats};
 use super::report::ProfileReport;
 use super::sampler::Sampler;
 use super::store::{DecisionKey, DecisionStore};
@@ -71,6 +71,10 @@ impl Default for ProfileOptions {
         }
     }
 }
+
+/// Builds made again, beyond the first, when a decision hinges on the one-time cost: the
+/// median of three outvotes one slow build.
+const EXTRA_BUILDS: usize = 2;
 
 /// Where a profiled step is.
 enum State {
@@ -146,6 +150,7 @@ where
             return self.not_captured();
         };
         self.report.one_time_us = build.us;
+        self.report.one_time_samples = vec![build.us];
         self.report.memory_bytes = build.memory_bytes;
         let key = self.key()?;
         // A step of collectives measured now runs extra calls: every rank must, so no rank
@@ -288,16 +293,16 @@ where
             one_time_us,
             memory_bytes,
         };
-        let decision = decide(
-            &costs(Mode::Eager, e, 0.0, 0),
-            &costs(
-                Mode::Graph,
-                g,
-                self.report.one_time_us,
-                self.report.memory_bytes,
-            ),
-            &policy,
-        );
+        let eager_cost = costs(Mode::Eager, e, 0.0, 0);
+        let memory = self.report.memory_bytes;
+        let graph_cost = |one_time_us| costs(Mode::Graph, g, one_time_us, memory);
+        // Not for collectives: a rank alone would capture them again.
+        if !self.step.makes_collectives()
+            && hinges_on_one_time(&eager_cost, &graph_cost(self.report.one_time_us), &policy)
+        {
+            self.measure_builds_again();
+        }
+        let decision = decide(&eager_cost, &graph_cost(self.report.one_time_us), &policy);
         self.report.eager = Some(e);
         self.report.graph = Some(g);
         self.report.from_file = false;
@@ -312,6 +317,28 @@ where
             self.store = Some(store);
         }
         self.apply(decision)
+    }
+
+    /// The graph kept off by a one-time cost that one slow build could explain
+    /// ([`hinges_on_one_time`]): the step is built again ([`Step::recapture`], no work run)
+    /// [`EXTRA_BUILDS`] times and the median build taken. A build that fails leaves the
+    /// figures measured so far (noted; the step keeps its graph). Never for a step that makes
+    /// collectives: each rank decides from its own timings, and one rank alone would capture
+    /// its collectives again.
+    fn measure_builds_again(&mut self) {
+        for _ in 0..EXTRA_BUILDS {
+            if let Err(e) = self.step.recapture() {
+                self.report.notes.push(format!(
+                    "building again to measure the one-time cost failed: {e}"
+                ));
+                tracing::warn!(step = %self.name, error = %e, "graph-rt: profiler re-build failed");
+                break;
+            }
+            if let StepMode::Graph { build, .. } = self.step.mode() {
+                self.report.one_time_samples.push(build.us);
+            }
+        }
+        self.report.one_time_us = crate::timing::median(self.report.one_time_samples.clone());
     }
 
     /// Applies `decision`: the graph freed when eager is kept; the sampler set for drift.
@@ -462,6 +489,7 @@ where
             return self.not_captured();
         };
         self.report.one_time_us = build.us;
+        self.report.one_time_samples = vec![build.us];
         self.report.memory_bytes = build.memory_bytes;
         self.start_profiling()
     }

@@ -22,8 +22,12 @@ pub struct ProfileReport {
     pub eager: Option<Stats>,
     /// The graph's per-call stats (µs).
     pub graph: Option<Stats>,
-    /// Host µs of making the graph (captures, discovery, prelude, instantiation, upload).
+    /// Host µs of making the graph (captures, discovery, prelude, instantiation, upload): the
+    /// median of [`one_time_samples`](Self::one_time_samples).
     pub one_time_us: f64,
+    /// Each build's µs for the decision in force: one, or three where the decision hinged on
+    /// the one-time cost ([`hinges_on_one_time`](super::hinges_on_one_time)).
+    pub one_time_samples: Vec<f64>,
     /// Device memory the graph took, bytes.
     pub memory_bytes: u64,
     /// The decision came from the decisions file (nothing was profiled).
@@ -50,6 +54,7 @@ impl ProfileReport {
             eager: None,
             graph: None,
             one_time_us: 0.0,
+            one_time_samples: Vec::new(),
             memory_bytes: 0,
             from_file: false,
             calls: 0,
@@ -81,7 +86,8 @@ impl ProfileReport {
             "saving_us": self.decision.as_ref().map(|d| d.saving_us),
             "break_even_calls": self.decision.as_ref().and_then(|d| d.break_even_calls),
             "eager": stats(&self.eager), "graph": stats(&self.graph),
-            "one_time_us": self.one_time_us, "memory_bytes": self.memory_bytes,
+            "one_time_us": self.one_time_us,
+            "one_time_samples_us": self.one_time_samples, "memory_bytes": self.memory_bytes,
             "from_file": self.from_file, "calls": self.calls,
             "profiled_calls": self.profiled_calls, "decisions": self.decisions,
             "reprofiles": self.reprofiles, "notes": self.notes,
@@ -100,13 +106,17 @@ impl fmt::Display for ProfileReport {
             Some(d) => (d.mode.name(), d.reason.code()),
             None => ("profiling", "-"),
         };
+        let builds = match self.one_time_samples.len() {
+            0 | 1 => String::new(),
+            n => format!(" (median of {n} builds)"),
+        };
         let be = match self.decision.as_ref().and_then(|d| d.break_even_calls) {
             Some(n) => n.to_string(),
             None => "-".into(),
         };
         write!(
             f,
-            "{:<16} {:<8} {:<6} {:<16} eager {:>14} · graph {:>14} µs · one-time {:.0} µs, {:.1} MiB · break-even {be} calls · {} calls ({} profiling){}",
+            "{:<16} {:<8} {:<6} {:<16} eager {:>14} · graph {:>14} µs · one-time {:.0} µs{builds}, {:.1} MiB · break-even {be} calls · {} calls ({} profiling){}",
             self.step,
             self.key,
             mode,
