@@ -8,9 +8,8 @@
 //! upload) and the device memory it took, and keeps the graph only where it beats eager by more
 //! than the noise once those costs are amortized over the expected calls ([`decide()`], pure and
 //! tested with injected timings); otherwise the graph is freed and the step runs eagerly. The
-//! one-time cost is one host-timed build: where it alone keeps the graph off, by a margin one
-//! slow build could make ([`hinges_on_one_time`]), the step is built twice more and the median
-//! taken. A
+//! one-time cost is one host-timed build: where it alone keeps the graph off
+//! ([`hinges_on_one_time`]), the step is built twice more and the median taken. A
 //! step declared re-runnable is measured at once (extra runs); otherwise its first calls are
 //! the samples, the modes taking turns.
 //!
@@ -42,9 +41,7 @@ mod segments;
 mod store;
 mod sweep;
 
-pub use decide::{
-    decide, hinges_on_one_time, Decision, Mode, ModeCost, Policy, Reason, Stats, ONE_TIME_SPIKE,
-};
+pub use decide::{decide, hinges_on_one_time, Decision, Mode, ModeCost, Policy, Reason, Stats};
 pub use partition::{partition, Part, PartitionPolicy, Plan, SegmentCost};
 pub use profiled::{ProfileOptions, Profiled};
 pub use report::{summary, ProfileReport, Summary};

@@ -319,8 +319,8 @@ where
         self.apply(decision)
     }
 
-    /// The graph kept off by a one-time cost that one slow build could explain
-    /// ([`hinges_on_one_time`]): the step is built again ([`Step::recapture`], no work run)
+    /// The graph kept off by its one-time cost alone ([`hinges_on_one_time`]): the step is
+    /// built again ([`Step::recapture`], no work run)
     /// [`EXTRA_BUILDS`] times and the median build taken. A build that fails leaves the
     /// figures measured so far (noted; the step keeps its graph). Never for a step that makes
     /// collectives: each rank decides from its own timings, and one rank alone would capture
@@ -540,6 +540,7 @@ fn stats_at(median_us: f64) -> Stats {
     Stats {
         median_us,
         spread_us: 0.0,
+        mad_us: 0.0,
         samples: 0,
     }
 }

@@ -77,7 +77,7 @@ impl ProfileReport {
     /// The report as JSON.
     pub fn to_json(&self) -> Value {
         let stats = |s: &Option<Stats>| {
-            s.map(|s| json!({"median_us": s.median_us, "spread_us": s.spread_us, "samples": s.samples}))
+            s.map(|s| json!({"median_us": s.median_us, "spread_us": s.spread_us, "mad_us": s.mad_us, "samples": s.samples}))
         };
         json!({
             "step": self.step, "key": self.key,
@@ -220,6 +220,7 @@ mod tests {
             Some(Stats {
                 median_us: m,
                 spread_us: 0.5,
+                mad_us: 0.5,
                 samples: 7,
             })
         };
