@@ -375,13 +375,13 @@ impl Communicator {
         if status == sys::NCCL_IN_PROGRESS && !grouped {
             inner.wait(call, Instant::now() + inner.timeout)?;
         }
-        let keep: Vec<Resource> = vec![buffers[0].clone(), buffers[1].clone()];
+        let keep = buffers.map(|b| -> Resource { b.clone() });
         if recording {
             self.kept.borrow_mut().extend(keep);
             return Ok(());
         }
-        let mut parked: Vec<Parked> = keep.into_iter().map(|r| Box::new(r) as Parked).collect();
-        parked.push(Box::new(inner.clone()));
+        let [a, b] = keep;
+        let parked: Vec<Parked> = vec![Box::new(a), Box::new(b), Box::new(inner.clone())];
         if grouped {
             GROUP.with(|g| {
                 let mut g = g.borrow_mut();

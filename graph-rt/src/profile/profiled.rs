@@ -300,7 +300,7 @@ where
         if !self.step.makes_collectives()
             && hinges_on_one_time(&eager_cost, &graph_cost(self.report.one_time_us), &policy)
         {
-            self.measure_builds_again();
+            self.measure_builds_again()?;
         }
         let decision = decide(&eager_cost, &graph_cost(self.report.one_time_us), &policy);
         self.report.eager = Some(e);
@@ -320,14 +320,17 @@ where
     }
 
     /// The graph kept off by its one-time cost alone ([`hinges_on_one_time`]): the step is
-    /// built again ([`Step::recapture`], no work run)
-    /// [`EXTRA_BUILDS`] times and the median build taken. A build that fails leaves the
-    /// figures measured so far (noted; the step keeps its graph). Never for a step that makes
-    /// collectives: each rank decides from its own timings, and one rank alone would capture
-    /// its collectives again.
-    fn measure_builds_again(&mut self) {
+    /// built again ([`Step::recapture`], no work run) [`EXTRA_BUILDS`] times and the median
+    /// build taken. A capture that fails (the closure changed, or a capture refused it) leaves
+    /// the figures measured so far (noted; the step keeps its graph); any other error, or any
+    /// in strict mode, is returned. Never for a step that makes collectives: each rank decides
+    /// from its own timings, and one rank alone would capture its collectives again.
+    fn measure_builds_again(&mut self) -> Result<()> {
         for _ in 0..EXTRA_BUILDS {
             if let Err(e) = self.step.recapture() {
+                if self.options.strict || !capture_failed(&e) {
+                    return Err(e);
+                }
                 self.report.notes.push(format!(
                     "building again to measure the one-time cost failed: {e}"
                 ));
@@ -339,6 +342,7 @@ where
             }
         }
         self.report.one_time_us = crate::timing::median(self.report.one_time_samples.clone());
+        Ok(())
     }
 
     /// Applies `decision`: the graph freed when eager is kept; the sampler set for drift.
@@ -468,12 +472,7 @@ where
                 self.eager_calls = 0;
                 let baseline = self.report.eager.map(|s| s.median_us);
                 self.sampler.reset(baseline);
-                let capture_failed = matches!(e, Error::Capture { .. })
-                    || matches!(
-                        e.misuse_kind(),
-                        Some(crate::Misuse::StepChanged | crate::Misuse::CaptureRefused { .. })
-                    );
-                if self.options.strict || !capture_failed {
+                if self.options.strict || !capture_failed(&e) {
                     return Err(e);
                 }
                 if self.report.notes.len() < 32 {
@@ -533,6 +532,16 @@ where
     pub fn step(&self) -> &Step<F> {
         &self.step
     }
+}
+
+/// Whether `e` is a capture that failed (the closure changed, or a capture refused it), which
+/// leaves a profiled step as it was, rather than an error of the device or of the call.
+fn capture_failed(e: &Error) -> bool {
+    matches!(e, Error::Capture { .. })
+        || matches!(
+            e.misuse_kind(),
+            Some(crate::Misuse::StepChanged | crate::Misuse::CaptureRefused { .. })
+        )
 }
 
 /// Stats of a single stored median.

@@ -1,6 +1,7 @@
 //! The overhead profiler on the device: a chain of tiny kernels keeps its graph (and a second
 //! profiler reads the decision from the file), one kernel over few expected calls runs eagerly,
-//! a step that is not re-runnable is decided over its first calls, drift re-profiles and flips
+//! a faster graph kept off by its build alone is built three times (the median decides), a step
+//! that is not re-runnable is decided over its first calls, drift re-profiles and flips
 //! the decision, a step that cannot be captured runs eagerly or fails (strict).
 
 use super::chain::{add1, buffers, fresh_input, N};
@@ -187,6 +188,59 @@ fn one_kernel_over_few_expected_calls_runs_eagerly_and_frees_its_graph() {
         );
     }
     calls_are_right(&mut step, &ctx, &x, &y, 5, 1);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_faster_graph_kept_off_by_its_build_alone_is_built_three_times_and_decided_on_the_median() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    // One expected call: the chain's graph saves tens of µs, its build costs hundreds.
+    let options = ProfileOptions {
+        rerunnable: true,
+        policy: Policy {
+            expected_calls: 1,
+            ..Policy::default()
+        },
+        ..ProfileOptions::default()
+    };
+    let (p, x, y) = chain_params(&ctx);
+    let mut step = Profiled::new(
+        "built-thrice",
+        &stream,
+        p,
+        StepOptions::default(),
+        options,
+        chain(&f, &x, &y, KERNELS),
+    )
+    .unwrap();
+    let r = step.report().clone();
+    println!("profile: {r}");
+    let builds = r.one_time_samples.clone();
+    assert!(builds.len() == 1 || builds.len() == 3, "{builds:?}");
+    assert!(
+        builds.iter().all(|us| us.is_finite() && *us > 0.0),
+        "{builds:?}"
+    );
+    assert_eq!(r.one_time_us, crate::timing::median(builds.clone()));
+    assert!(r.notes.is_empty(), "{r}");
+    if !sanitized() {
+        let d = r.decision.as_ref().expect("decided at once");
+        assert_eq!(
+            (d.mode, d.reason.clone()),
+            (Mode::Eager, Reason::NeverPaysBack),
+            "{r}"
+        );
+        assert!(d.saving_us > 0.0, "{r}");
+        assert_eq!(builds.len(), 3, "{r}");
+        assert!(r.to_string().contains("median of 3 builds"), "{r}");
+        assert_eq!(
+            r.to_json()["one_time_samples_us"].as_array().map(Vec::len),
+            Some(3)
+        );
+    }
+    calls_are_right(&mut step, &ctx, &x, &y, 3, KERNELS);
 }
 
 #[test]
