@@ -36,6 +36,10 @@ impl fmt::Display for Mode {
     }
 }
 
+/// The resolution of CUDA event timings, µs (`cuEventElapsedTime`: "around 0.5
+/// microseconds"): the least noise a median of event-timed samples is taken to have.
+pub const EVENT_RESOLUTION_US: f64 = 0.5;
+
 /// The median and spread of a mode's per-call samples.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Stats {
@@ -53,12 +57,14 @@ pub struct Stats {
 
 impl Stats {
     /// The standard error of the median, µs: 1.2533 σ / √n, σ estimated from the median
-    /// absolute deviation (1.4826 MAD, as robust as the median itself). The spread itself
-    /// where the sample count is not known (a median read from the decisions file).
+    /// absolute deviation (1.4826 MAD, as robust as the median itself) and never below the
+    /// events' resolution ([`EVENT_RESOLUTION_US`]: half the samples the same event tick say
+    /// nothing of a smaller noise). The spread itself where the sample count is not known (a
+    /// median read from the decisions file).
     pub fn median_error_us(&self) -> f64 {
         match self.samples {
             0 => self.spread_us,
-            n => 1.2533 * (1.4826 * self.mad_us) / (n as f64).sqrt(),
+            n => 1.2533 * (1.4826 * self.mad_us).max(EVENT_RESOLUTION_US) / (n as f64).sqrt(),
         }
     }
 
@@ -299,6 +305,26 @@ mod tests {
             &Policy::default(),
         );
         assert_eq!((d.mode, d.reason), (Mode::Graph, Reason::GraphWins));
+    }
+
+    #[test]
+    fn samples_on_one_event_tick_still_carry_the_events_resolution_as_noise() {
+        // Five of seven samples on the same tick: no spread, yet 0.3 µs apart is not a saving.
+        let eager = Stats::of(&[10.3, 10.3, 10.3, 10.3, 10.3, 10.8, 9.8]).unwrap();
+        let graph = Stats::of(&[10.0, 10.0, 10.0, 10.0, 10.0, 10.5, 9.5]).unwrap();
+        assert_eq!((eager.mad_us, graph.mad_us), (0.0, 0.0));
+        let at = |mode, stats| ModeCost {
+            mode,
+            stats,
+            one_time_us: 10.0,
+            memory_bytes: 0,
+        };
+        let d = decide(
+            &at(Mode::Eager, eager),
+            &at(Mode::Graph, graph),
+            &Policy::default(),
+        );
+        assert_eq!(d.reason, Reason::WithinNoise);
     }
 
     #[test]
