@@ -41,7 +41,10 @@ mod segments;
 mod store;
 mod sweep;
 
-pub use decide::{decide, hinges_on_one_time, Decision, Mode, ModeCost, Policy, Reason, Stats};
+pub use decide::{
+    decide, hinges_on_one_time, Decision, Mode, ModeCost, Policy, Reason, Stats,
+    EVENT_RESOLUTION_US,
+};
 pub use partition::{partition, Part, PartitionPolicy, Plan, SegmentCost};
 pub use profiled::{ProfileOptions, Profiled};
 pub use report::{summary, ProfileReport, Summary};
