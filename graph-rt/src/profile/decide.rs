@@ -236,6 +236,21 @@ mod tests {
         }
     }
 
+    /// [`decide`] on measured stats, eager's one-time cost 0, the default policy.
+    fn decide_samples(eager: Stats, graph: Stats, one_time_us: f64) -> Decision {
+        let at = |mode, stats, one_time_us| ModeCost {
+            mode,
+            stats,
+            one_time_us,
+            memory_bytes: 0,
+        };
+        decide(
+            &at(Mode::Eager, eager, 0.0),
+            &at(Mode::Graph, graph, one_time_us),
+            &Policy::default(),
+        )
+    }
+
     #[test]
     fn stats_are_medians_and_half_interquartile_ranges_of_finite_samples() {
         let s = Stats::of(&[5.0, 1.0, 3.0, f64::NAN, 2.0, 4.0]).unwrap();
@@ -293,17 +308,7 @@ mod tests {
         let graph = Stats::of(&[107.0, 106.5, 107.2, 106.8, 107.1, 107.0, 106.9]).unwrap();
         assert!(eager.spread_us > 250.0, "{eager:?}");
         assert!(eager.mad_us < 10.0, "{eager:?}");
-        let at = |mode, stats| ModeCost {
-            mode,
-            stats,
-            one_time_us: 1500.0,
-            memory_bytes: 0,
-        };
-        let d = decide(
-            &at(Mode::Eager, eager),
-            &at(Mode::Graph, graph),
-            &Policy::default(),
-        );
+        let d = decide_samples(eager, graph, 1500.0);
         assert_eq!((d.mode, d.reason), (Mode::Graph, Reason::GraphWins));
     }
 
@@ -313,17 +318,7 @@ mod tests {
         let eager = Stats::of(&[10.3, 10.3, 10.3, 10.3, 10.3, 10.8, 9.8]).unwrap();
         let graph = Stats::of(&[10.0, 10.0, 10.0, 10.0, 10.0, 10.5, 9.5]).unwrap();
         assert_eq!((eager.mad_us, graph.mad_us), (0.0, 0.0));
-        let at = |mode, stats| ModeCost {
-            mode,
-            stats,
-            one_time_us: 10.0,
-            memory_bytes: 0,
-        };
-        let d = decide(
-            &at(Mode::Eager, eager),
-            &at(Mode::Graph, graph),
-            &Policy::default(),
-        );
+        let d = decide_samples(eager, graph, 10.0);
         assert_eq!(d.reason, Reason::WithinNoise);
     }
 
