@@ -6,9 +6,13 @@
 //! or when it beats eager by less than the noise. [`crate::profile::Profiled`] makes a
 //! [`crate::step::Step`] and measures it both ways — CUDA events around each call, warm-up
 //! first, the modes interleaved, medians and spreads — and keeps the graph only where it beats
-//! eager by more than twice the noise of the two medians' difference once its one-time cost and
-//! the memory it holds are charged over [`crate::profile::Policy::expected_calls`]; otherwise
-//! the graph is freed and the step runs eagerly. Every decision has a reason code, is logged
+//! eager by more than twice the noise of the two medians' difference (each median's standard
+//! error from the median absolute deviation, so that a call held up on the host does not make a
+//! faster graph look like noise) once its one-time cost and the memory it holds are charged
+//! over [`crate::profile::Policy::expected_calls`]; otherwise the graph is freed and the step
+//! runs eagerly. A graph kept off by its one-time cost alone — one host-timed build, which the
+//! first build in a process inflates — is built twice more and the median build decides
+//! ([`crate::profile::hinges_on_one_time`]). Every decision has a reason code, is logged
 //! with `tracing`, and is in the step's [`crate::profile::ProfileReport`]
 //! ([`crate::profile::summary`] sums many up: a table, and JSON).
 //!
