@@ -149,9 +149,7 @@ where
         let StepMode::Graph { build, .. } = self.step.mode() else {
             return self.not_captured();
         };
-        self.report.one_time_us = build.us;
-        self.report.one_time_samples = vec![build.us];
-        self.report.memory_bytes = build.memory_bytes;
+        self.report.built(build);
         let key = self.key()?;
         // A step of collectives measured now runs extra calls: every rank must, so no rank
         // takes a stored decision that another may lack.
@@ -338,10 +336,9 @@ where
                 break;
             }
             if let StepMode::Graph { build, .. } = self.step.mode() {
-                self.report.one_time_samples.push(build.us);
+                self.report.built_again(build.us);
             }
         }
-        self.report.one_time_us = crate::timing::median(self.report.one_time_samples.clone());
         Ok(())
     }
 
@@ -487,9 +484,7 @@ where
         let StepMode::Graph { build, .. } = self.step.mode() else {
             return self.not_captured();
         };
-        self.report.one_time_us = build.us;
-        self.report.one_time_samples = vec![build.us];
-        self.report.memory_bytes = build.memory_bytes;
+        self.report.built(build);
         self.start_profiling()
     }
 

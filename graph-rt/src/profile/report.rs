@@ -7,6 +7,7 @@ use std::fmt;
 use serde_json::{json, Value};
 
 use super::decide::{Decision, Mode, Stats};
+use crate::step::BuildCost;
 
 /// A profiled step's decision and the figures behind it.
 #[derive(Debug, Clone, PartialEq)]
@@ -63,6 +64,20 @@ impl ProfileReport {
             reprofiles: 0,
             notes: Vec::new(),
         }
+    }
+
+    /// A (re)build of the step's graph: its figures replace the last decision's.
+    pub(super) fn built(&mut self, build: &BuildCost) {
+        self.one_time_samples = vec![build.us];
+        self.one_time_us = build.us;
+        self.memory_bytes = build.memory_bytes;
+    }
+
+    /// Another build of the same graph, measured to outvote a stray one: the one-time cost is
+    /// the median of every build since [`built`](Self::built).
+    pub(super) fn built_again(&mut self, us: f64) {
+        self.one_time_samples.push(us);
+        self.one_time_us = crate::timing::median(self.one_time_samples.clone());
     }
 
     /// µs a call in the kept mode, if known.
@@ -236,6 +251,32 @@ mod tests {
             calls,
             ..ProfileReport::new(step, "")
         }
+    }
+
+    #[test]
+    fn the_one_time_cost_is_the_median_of_the_builds_since_the_last_build() {
+        let mut r = ProfileReport::new("s", "");
+        r.built(&BuildCost {
+            us: 4400.0,
+            memory_bytes: 7,
+        });
+        assert_eq!((r.one_time_us, r.memory_bytes), (4400.0, 7));
+        r.built_again(500.0);
+        r.built_again(450.0);
+        assert_eq!(r.one_time_samples, [4400.0, 500.0, 450.0]);
+        assert_eq!(r.one_time_us, 500.0);
+        assert!(
+            r.to_string()
+                .contains("one-time 500 µs (median of 3 builds)"),
+            "{r}"
+        );
+        // A new build (a re-profiling) starts the samples afresh.
+        r.built(&BuildCost {
+            us: 600.0,
+            memory_bytes: 0,
+        });
+        assert_eq!((r.one_time_samples.len(), r.one_time_us), (1, 600.0));
+        assert!(!r.to_string().contains("builds"), "{r}");
     }
 
     #[test]
