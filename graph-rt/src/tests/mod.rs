@@ -28,6 +28,7 @@ mod table;
 mod table_forms;
 mod table_sets;
 mod triton;
+mod triton_case;
 mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

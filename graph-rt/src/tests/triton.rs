@@ -4,24 +4,11 @@
 //! every slot rebound to fresh buffers and no synchronization between replays, every output is
 //! right; specialization breaks are typed errors.
 
-use serde_json::Value;
-
 use super::capturing_ctx;
+use super::triton_case::{Case, Outcome, TRITON_FIXTURES};
 use crate::table::PtrSlot;
-use crate::triton::{TritonArg, TritonFiles, TritonForm, TritonKernel};
-use crate::{
-    ArgTable, CaptureMode, Context, DeviceBuffer, Event, EventFlags, Misuse, Stream, TableOptions,
-};
-
-macro_rules! triton_fixtures_dir {
-    () => {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../triton-fixtures/")
-    };
-}
-include!(concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../triton-fixtures/embed.rs"
-));
+use crate::triton::{TritonArg, TritonForm, TritonKernel};
+use crate::{ArgTable, DeviceBuffer, Misuse, Stream, TableOptions};
 
 fn forms() -> [(&'static str, TritonForm); 3] {
     let pdl = graph_rt_ptx::Options {
@@ -35,177 +22,19 @@ fn forms() -> [(&'static str, TritonForm); 3] {
     ]
 }
 
-/// The fixture's buffers, in manifest order, filled with their bytes before Triton's launch.
-fn upload(ctx: &Context, fx: &TritonFixture, m: &Value) -> Vec<(String, DeviceBuffer<u8>)> {
-    let bufs = m["buffers"].as_object().unwrap();
-    bufs.iter()
-        .map(|(name, b)| {
-            let (at, len) = (
-                b["before"].as_u64().unwrap() as usize,
-                b["bytes"].as_u64().unwrap() as usize,
-            );
-            (
-                name.clone(),
-                DeviceBuffer::from_host(ctx, &fx.buffers[at..at + len]).unwrap(),
-            )
-        })
-        .collect()
-}
-
-/// Checks every buffer holds exactly the bytes it held after Triton's launch.
-fn check(fx: &TritonFixture, m: &Value, bufs: &[(String, DeviceBuffer<u8>)], what: &str) {
-    for (name, buf) in bufs {
-        let b = &m["buffers"][name];
-        let (at, len) = (
-            b["after"].as_u64().unwrap() as usize,
-            b["bytes"].as_u64().unwrap() as usize,
-        );
-        let got = buf.to_vec().unwrap();
-        let want = &fx.buffers[at..at + len];
-        if got != want {
-            let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
-            panic!(
-                "{} ({what}): buffer `{name}` differs from Triton's launch first at byte {first}",
-                fx.name
-            );
-        }
-    }
-}
-
-fn grid(m: &Value) -> [u32; 3] {
-    let g: Vec<u32> = m["grid"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_u64().unwrap() as u32)
-        .collect();
-    [g[0], g[1], g[2]]
-}
-
-fn buffer_of<'b>(bufs: &'b [(String, DeviceBuffer<u8>)], name: &str) -> &'b DeviceBuffer<u8> {
-    &bufs.iter().find(|(n, _)| n == name).unwrap().1
-}
-
-/// Launches `kernel` once on the fixture's inputs: buffers passed directly, or bound to pointer
-/// slots of `table` (refreshed first) when the kernel is a table form.
-fn launch_once(
-    ctx: &Context,
-    stream: &Stream,
-    fx: &TritonFixture,
-    kernel: &TritonKernel,
-) -> Vec<(String, DeviceBuffer<u8>)> {
-    let m = fx.manifest();
-    let bufs = upload(ctx, fx, &m);
-    let args_m = m["args"].as_array().unwrap();
-    let mut table = ArgTable::new(ctx, TableOptions::default()).unwrap();
-    let slots: Vec<Option<PtrSlot<u8>>> = kernel
-        .params()
-        .iter()
-        .map(|p| p.slot.then(|| table.ptr_slot().unwrap()))
-        .collect();
-    for (a, slot) in args_m.iter().zip(&slots) {
-        if let Some(s) = slot {
-            table
-                .bind(s, buffer_of(&bufs, a["buffer"].as_str().unwrap()))
-                .unwrap();
-        }
-    }
-    let args: Vec<TritonArg> = args_m
-        .iter()
-        .zip(&slots)
-        .map(|(a, slot)| match (slot, a.get("buffer")) {
-            (Some(s), _) => TritonArg::ptr_slot(s),
-            (None, Some(b)) => TritonArg::buffer(buffer_of(&bufs, b.as_str().unwrap())),
-            (None, None) => TritonFixture::scalar(a),
-        })
-        .collect();
-    // SAFETY: the fixture's own buffers and arguments, as Triton launched them.
-    unsafe {
-        if slots.iter().any(Option::is_some) {
-            table.refresh(stream).unwrap();
-            kernel
-                .launch_after_refresh(stream, grid(&m), &args)
-                .unwrap()
-        } else {
-            kernel.launch(stream, grid(&m), &args).unwrap()
-        }
-    };
-    stream.synchronize().unwrap();
-    bufs
-}
-
 #[test]
 #[ignore = "needs a CUDA GPU of compute capability 9.0 (the fixtures are sm_90a)"]
 fn triton_fixtures_give_tritons_bytes_in_every_form() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     for fx in TRITON_FIXTURES {
+        let case = Case::fixture(fx);
         for (what, form) in forms() {
-            let kernel = TritonKernel::load(&ctx, &fx.files(), form).unwrap();
+            let kernel = TritonKernel::load(&ctx, &case.files, form).unwrap();
             assert_eq!(kernel.from_cubin(), what == "original");
-            let bufs = launch_once(&ctx, &stream, fx, &kernel);
-            check(fx, &fx.manifest(), &bufs, what);
+            case.launch_once(&ctx, &stream, &kernel, what).unwrap();
         }
     }
-}
-
-/// 100 replays of a graph of the fixture's table form (refresh, kernel), every pointer slot
-/// bound to fresh buffers (holding the fixture's inputs) before each, no synchronization until
-/// the end; then every replay's buffers are checked. Returns the GPU µs of one replay.
-fn replay_rebound(ctx: &Context, stream: &Stream, fx: &TritonFixture, form: TritonForm) -> f64 {
-    let m = fx.manifest();
-    let kernel = TritonKernel::load(ctx, &fx.files(), form).unwrap();
-    let mut table = ArgTable::new(ctx, TableOptions::default()).unwrap();
-    let args_m = m["args"].as_array().unwrap();
-    let slots: Vec<Option<PtrSlot<u8>>> = kernel
-        .params()
-        .iter()
-        .map(|p| p.slot.then(|| table.ptr_slot().unwrap()))
-        .collect();
-    assert!(slots.iter().any(Option::is_some));
-    let exec = stream
-        .capture(CaptureMode::Global, |scope| {
-            table.record_refresh(scope)?;
-            let args: Vec<TritonArg> = args_m
-                .iter()
-                .zip(&slots)
-                .map(|(a, s)| match s {
-                    Some(s) => TritonArg::ptr_slot(s),
-                    None => TritonFixture::scalar(a),
-                })
-                .collect();
-            // SAFETY: every slot is bound to a fresh copy of the fixture's buffer before each
-            // launch.
-            unsafe { kernel.record(scope, grid(&m), &args)? };
-            Ok(())
-        })
-        .unwrap()
-        .instantiate()
-        .unwrap();
-    let sanitized = std::env::var_os("GRAPH_RT_SANITIZER").is_some();
-    let replays = if sanitized { 5 } else { 100 };
-    let sets: Vec<_> = (0..replays).map(|_| upload(ctx, fx, &m)).collect();
-    let (start, end) = (
-        Event::new(ctx, EventFlags::Timing).unwrap(),
-        Event::new(ctx, EventFlags::Timing).unwrap(),
-    );
-    start.record(stream).unwrap();
-    for bufs in &sets {
-        for (a, s) in args_m.iter().zip(&slots) {
-            if let Some(s) = s {
-                table
-                    .bind(s, buffer_of(bufs, a["buffer"].as_str().unwrap()))
-                    .unwrap();
-            }
-        }
-        table.launch(&exec, stream).unwrap();
-    }
-    end.record(stream).unwrap();
-    stream.synchronize().unwrap();
-    for bufs in &sets {
-        check(fx, &m, bufs, "graph replay, rebound");
-    }
-    Event::elapsed_ms(&start, &end).unwrap() as f64 * 1e3 / replays as f64
 }
 
 #[test]
@@ -216,12 +45,85 @@ fn triton_table_forms_in_graphs_rebound_every_replay_stay_right() {
     println!(
         "triton: fixture · µs per replay (100 replays, every pointer rebound): table · PDL table"
     );
+    let replays = if std::env::var_os("GRAPH_RT_SANITIZER").is_some() {
+        5
+    } else {
+        100
+    };
     for fx in TRITON_FIXTURES {
+        let case = Case::fixture(fx);
         let [_, (_, table), (_, pdl)] = forms();
-        let t = replay_rebound(&ctx, &stream, fx, table);
-        let p = replay_rebound(&ctx, &stream, fx, pdl);
+        let t = case.replay_rebound(&ctx, &stream, table, replays).unwrap();
+        let p = case.replay_rebound(&ctx, &stream, pdl, replays).unwrap();
         println!("triton: {:<18} {t:8.2} · {p:8.2}", fx.name);
     }
+}
+
+/// One case in every form: loaded, launched once and checked; then the table forms captured
+/// and replayed `replays` times, rebound every replay. A line for each form: "ok", or what went
+/// wrong (graph-rt's typed error, or the first byte unlike Triton's).
+fn run_case(
+    ctx: &crate::Context,
+    stream: &Stream,
+    case: &Case,
+    replays: usize,
+) -> Vec<(String, Outcome<()>)> {
+    let mut lines = Vec::new();
+    for (what, form) in forms() {
+        let loaded = TritonKernel::load(ctx, &case.files, form.clone()).map_err(|e| e.to_string());
+        let once = loaded.and_then(|k| case.launch_once(ctx, stream, &k, what));
+        lines.push((what.to_string(), once));
+        if what != "original" {
+            let replayed = case.replay_rebound(ctx, stream, form, replays).map(|_| ());
+            lines.push((format!("{what}, {replays} replays rebound"), replayed));
+        }
+    }
+    lines
+}
+
+/// Real torch.compile kernels, never seen by graph-rt's authors: every case of the folder
+/// GRAPH_RT_TRITON_CASES (made at run time by scripts/inductor_cases.py, which records Inductor's
+/// Triton launches with Triton's own launcher) gives Triton's bytes in every form, eagerly and
+/// in graphs rebound every replay. Every case is run; the failures are listed together.
+#[test]
+#[ignore = "needs a CUDA GPU and GRAPH_RT_TRITON_CASES (run.sh's inductor part makes both)"]
+fn triton_cases_from_a_folder_give_tritons_bytes_in_every_form() {
+    let Some(dir) = std::env::var_os("GRAPH_RT_TRITON_CASES") else {
+        panic!("set GRAPH_RT_TRITON_CASES to a folder made by scripts/inductor_cases.py");
+    };
+    let dir = std::path::PathBuf::from(dir);
+    let index = std::fs::read(dir.join("INDEX.json")).expect("INDEX.json in GRAPH_RT_TRITON_CASES");
+    let names: Vec<String> = serde_json::from_slice(&index).expect("INDEX.json lists the cases");
+    assert!(!names.is_empty(), "no cases in {}", dir.display());
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let replays = if std::env::var_os("GRAPH_RT_SANITIZER").is_some() {
+        2
+    } else {
+        10
+    };
+    let mut failures = Vec::new();
+    for name in &names {
+        let lines = match Case::read(&dir.join(name)) {
+            Ok(case) => run_case(&ctx, &stream, &case, replays),
+            Err(e) => vec![("read".to_string(), Err(e))],
+        };
+        for (what, outcome) in lines {
+            match outcome {
+                Ok(()) => println!("triton case {name}: {what}: ok"),
+                Err(e) => {
+                    println!("triton case {name}: {what}: FAILED: {e}");
+                    failures.push(format!("{name} ({what}): {e}"));
+                }
+            }
+        }
+    }
+    println!(
+        "triton cases: {} cases, {} checks failed",
+        names.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
@@ -229,9 +131,9 @@ fn triton_table_forms_in_graphs_rebound_every_replay_stay_right() {
 fn triton_specialization_breaks_are_typed_errors() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
-    let fx = TRITON_FIXTURES.iter().find(|f| f.name == "add").unwrap();
+    let fx = Case::fixture(TRITON_FIXTURES.iter().find(|f| f.name == "add").unwrap());
     // add_kernel(x, y, out, n): every pointer and n compiled as divisible by 16.
-    let kernel = TritonKernel::load(&ctx, &fx.files(), TritonForm::Original).unwrap();
+    let kernel = TritonKernel::load(&ctx, &fx.files, TritonForm::Original).unwrap();
     assert!(kernel.params().iter().all(|p| p.divisible_16));
     let bufs: Vec<DeviceBuffer<f32>> = (0..3)
         .map(|_| DeviceBuffer::zeroed(&ctx, 4100).unwrap())
@@ -271,7 +173,7 @@ fn triton_specialization_breaks_are_typed_errors() {
         scalars: vec!["add_kernel:3".parse().unwrap()],
         ..Default::default()
     };
-    let table_kernel = TritonKernel::load(&ctx, &fx.files(), TritonForm::Table(options)).unwrap();
+    let table_kernel = TritonKernel::load(&ctx, &fx.files, TritonForm::Table(options)).unwrap();
     let mut table = ArgTable::new(&ctx, TableOptions::default()).unwrap();
     let loose: PtrSlot<f32> = table.ptr_slot_with(4, 0).unwrap();
     let p: Vec<PtrSlot<f32>> = (0..3).map(|_| table.ptr_slot().unwrap()).collect();

@@ -30,6 +30,16 @@ pub const TRITON_PTX84: &[(&str, &[u8])] = fixtures!("../../fixtures/triton/ptx8
     "scaled_strided_nodiv", "softmax",
 );
 
+/// Triton 3.6 PTX of real torch.compile kernels (PyTorch 2.11 Inductor on an H200, recorded by
+/// scripts/inductor_cases.py): templates (mm, persistent TMA mm, conv, flex attention), scans,
+/// sorts, cooperative and PDL reductions, libdevice math, Philox dropout, a user kernel.
+pub const INDUCTOR: &[(&str, &[u8])] = fixtures!("../../fixtures/inductor/":
+    "argmax", "conv_template_relu", "cooperative_amax_sum", "cumprod_scan", "dropout_philox",
+    "embedding", "flex_attention", "gelu_backward_sum", "integer_ops", "libdevice_math",
+    "mm_persistent_tma", "mm_template_bias_relu", "pdl_layer_norm_relu", "scatter_amax", "sort",
+    "user_kernel", "var_mean_columns", "where_mask",
+);
+
 /// NVRTC 12.4 PTX, some with line info.
 pub const NVCC: &[(&str, &[u8])] = fixtures!("../../fixtures/nvcc/":
     "axpy", "chain", "chain_pdl", "chain_pdl_lineinfo", "reduce", "reduce_lineinfo", "rmsnorm",
@@ -51,7 +61,7 @@ pub const REFUSALS: &[(&str, &[u8])] = fixtures!("../refusals/":
 
 /// Every fixture that is valid PTX.
 pub fn all_valid() -> impl Iterator<Item = (&'static str, &'static [u8])> {
-    [KERNELS, TRITON, TRITON_PTX84, NVCC, NVCC13]
+    [KERNELS, TRITON, TRITON_PTX84, INDUCTOR, NVCC, NVCC13]
         .into_iter()
         .flatten()
         .copied()
