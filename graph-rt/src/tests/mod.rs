@@ -5,6 +5,7 @@ mod args;
 mod calibrate;
 mod chain;
 mod cublas;
+mod cublas_shapes;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod discover;
