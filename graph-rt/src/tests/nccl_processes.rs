@@ -99,11 +99,8 @@ fn init_from_file(device: usize, rank: usize, file: &Path) -> crate::Result<Comm
 
 fn expect_duplicate_refused(who: &str, r: crate::Result<Communicator>) {
     match r {
-        Err(e @ Error::Nccl { .. }) => {
+        Err(ref e @ Error::Nccl { code, .. }) => {
             eprintln!("{who}: NCCL refused two ranks on one GPU: {e}");
-            let Error::Nccl { code, .. } = e else {
-                unreachable!()
-            };
             assert!(
                 matches!(code, NcclCode::InvalidUsage | NcclCode::RemoteError),
                 "{who}: {code:?}"
