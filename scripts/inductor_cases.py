@@ -46,6 +46,7 @@ class Recorder:
         self.seen = set()
         self.names = {}
         self.cases, self.skipped = [], []
+        self.features = {}
         self.model = None
 
     def install(self):
@@ -183,10 +184,18 @@ class Recorder:
             name=case, kernel=name, files=files, grid=list(p["grid"]), args=p["runtime"], buffers=buffers,
             divisible_16=div16, equal_to_1=[], constexprs=constants, best_config=None, model=self.model,
             deterministic=deterministic, num_warps=md.num_warps, num_ctas=md.num_ctas, shared=md.shared,
-            launch_pdl=getattr(md, "launch_pdl", False), triton=triton.__version__, torch=torch.__version__,
+            launch_pdl=getattr(md, "launch_pdl", False),
+            cooperative=getattr(md, "launch_cooperative_grid", False),
+            global_scratch=getattr(md, "global_scratch_size", 0), triton=triton.__version__, torch=torch.__version__,
             device=torch.cuda.get_device_name())
         (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         self.cases.append(case)
+        for feature, on in (("PDL", manifest["launch_pdl"]), ("cooperative", manifest["cooperative"]),
+                            ("global scratch", manifest["global_scratch"] > 0), ("clusters", md.num_ctas > 1),
+                            ("over 48 KiB of shared memory", md.shared > 48 << 10), ("not deterministic", not deterministic),
+                            ("2-D or 3-D grid", p["grid"][1] * p["grid"][2] > 1)):
+            if on:
+                self.features[feature] = self.features.get(feature, 0) + 1
         print(f"case {case}: {self.model} grid {manifest['grid']} warps {md.num_warps} shared {md.shared} "
               f"{len(p['runtime'])} args, {len(buffers)} buffers, {len(blob) // 2} bytes"
               f"{'' if deterministic else ', not deterministic'}", flush=True)
@@ -343,8 +352,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--max-cases", type=int, default=200)
-    ap.add_argument("--per-name", type=int, default=3)
+    ap.add_argument("--max-cases", type=int, default=300)
+    ap.add_argument("--per-name", type=int, default=6)
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="inductor-cases-"))
     os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")
@@ -385,6 +394,7 @@ def main():
     (args.out / "models.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.out / "skipped.json").write_text(json.dumps(rec.skipped, indent=1) + "\n")
     failed = [r["model"] for r in report if not r["ok"]]
+    print("inductor_cases.py: kernels with " + ", ".join(f"{k} {v}" for k, v in sorted(rec.features.items())))
     print(f"inductor_cases.py: {len(rec.cases)} cases from {len(report) - len(failed)} models "
           f"({len(rec.skipped)} launches skipped; models that failed to compile: {failed or 'none'}) in {args.out}")
     shutil.rmtree(tmp, ignore_errors=True)
