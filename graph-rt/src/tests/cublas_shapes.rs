@@ -1,16 +1,15 @@
 //! cuBLAS GEMMs of shapes nobody picked, each one step rebound to fresh buffers at every call:
-//! random sizes (1 to thousands, primes, GEMV-like and split-K-like extremes), transposes,
+//! random sizes (1 to thousands, odd sizes, GEMV-like and split-K-like extremes), transposes,
 //! padded leading dimensions, f32 / bf16 / bf16 → f32, β ≠ 0 (C read too). Each call's C must
 //! equal eager cuBLAS on the same inputs. `GRAPH_RT_CUBLAS_SEED` picks other shapes.
 
+use bytemuck::Pod;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::{capturing_ctx, sized};
 use crate::cublas::{Cublas, Op};
 use crate::step::{Step, StepMode, StepOptions, StepParams};
-use bytemuck::Pod;
-
 use crate::{Context, DeviceBuffer, Stream};
 
 #[derive(Debug, Clone, Copy)]
