@@ -2,7 +2,7 @@
 """Records real torch.compile (Inductor) Triton kernels as test cases for graph-rt's Triton loader
 and PTX pass: kernels graph-rt has never seen, each with the bytes Triton's own launch gave.
 
-    python3 scripts/inductor_cases.py OUT_DIR [--only MODEL ...] [--max-cases N]
+    python3 scripts/inductor_cases.py OUT_DIR [--only MODEL ...] [--max-cases N] [--config KEY=VALUE ...]
 
 Needs an NVIDIA GPU, PyTorch and Triton (the lent H200: PyTorch 2.11, Triton 3.6). It compiles a
 set of small models with torch.compile in empty Inductor and Triton caches, with Inductor's static
@@ -17,7 +17,9 @@ same checks run on both: <kernel>.json/.ptx/.cubin/.ttir (Triton's cache files),
 manifest.json. A buffer is a whole storage; an argument names its buffer and the byte offset of
 its pointer in it (arguments that share a storage name one buffer). OUT_DIR also gets INDEX.json
 (the cases), models.json (each model: compiled or the error, cases recorded) and skipped.json
-(launches not recorded, with the reason). Inputs are seeded.
+(launches not recorded, with the reason). Inputs are seeded. `--config` sets Inductor options for
+every model (`torch._inductor.config`, values as Python literals), e.g.
+`--config coordinate_descent_tuning=True max_autotune_pointwise=True`: other kernels again.
 
 graph-rt's GPU test `triton_cases_from_a_folder_give_tritons_bytes_in_every_form` runs the cases
 (GRAPH_RT_TRITON_CASES=OUT_DIR); run.sh's `inductor` part runs both.
@@ -354,51 +356,66 @@ def main():
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--max-cases", type=int, default=300)
     ap.add_argument("--per-name", type=int, default=6)
+    ap.add_argument("--config", nargs="*", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="inductor-cases-"))
-    os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
-    os.environ["TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER"] = "0"
-    os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
-    import torch
-    torch._inductor.config.use_static_cuda_launcher = False
-    torch._inductor.config.max_autotune_gemm_backends = "TRITON,ATEN"
-    torch.manual_seed(SEED)
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    args.out.mkdir(parents=True)
-    rec = Recorder(torch, args.out, args.max_cases, args.per_name)
-    rec.install()
-    report = []
-    for name, fn, inputs, options, second in models(torch):
-        if args.only and name not in args.only:
-            continue
-        rec.model, before = name, len(rec.cases)
+    import ast
+    overall = {}
+    for item in args.config:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--config {item}: KEY=VALUE")
         try:
-            torch._dynamo.reset()
-            options = dict(options)
-            config = options.pop("config", {})
-            with torch._inductor.config.patch(config):
-                compiled = torch.compile(fn, **options)
-                compiled(*inputs)
-                if second is not None:
-                    compiled(*second)
-            torch.cuda.synchronize()
-            report.append(dict(model=name, ok=True, cases=len(rec.cases) - before))
-        except Exception as e:  # a model that does not compile here is reported, not fatal
-            traceback.print_exc()
-            report.append(dict(model=name, ok=False, error=f"{type(e).__name__}: {e}"[:2000],
-                               cases=len(rec.cases) - before))
-        print(f"model {name}: {report[-1]}", flush=True)
-    (args.out / "INDEX.json").write_text(json.dumps(rec.cases, indent=1) + "\n")
-    (args.out / "models.json").write_text(json.dumps(report, indent=1) + "\n")
-    (args.out / "skipped.json").write_text(json.dumps(rec.skipped, indent=1) + "\n")
-    failed = [r["model"] for r in report if not r["ok"]]
-    print("inductor_cases.py: kernels with " + ", ".join(f"{k} {v}" for k, v in sorted(rec.features.items())))
-    print(f"inductor_cases.py: {len(rec.cases)} cases from {len(report) - len(failed)} models "
-          f"({len(rec.skipped)} launches skipped; models that failed to compile: {failed or 'none'}) in {args.out}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    return 0 if rec.cases else 1
+            overall[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            overall[key] = value
+    tmp = Path(tempfile.mkdtemp(prefix="inductor-cases-"))
+    try:
+        os.environ["TRITON_CACHE_DIR"] = str(tmp / "triton")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
+        os.environ["TORCHINDUCTOR_USE_STATIC_CUDA_LAUNCHER"] = "0"
+        os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+        import torch
+        torch._inductor.config.use_static_cuda_launcher = False
+        torch._inductor.config.max_autotune_gemm_backends = "TRITON,ATEN"
+        torch.manual_seed(SEED)
+        if args.out.exists():
+            shutil.rmtree(args.out)
+        args.out.mkdir(parents=True)
+        rec = Recorder(torch, args.out, args.max_cases, args.per_name)
+        rec.install()
+        report = []
+        for name, fn, inputs, options, second in models(torch):
+            if args.only and name not in args.only:
+                continue
+            rec.model, before = name, len(rec.cases)
+            try:
+                torch._dynamo.reset()
+                options = dict(options)
+                config = {**overall, **options.pop("config", {})}
+                with torch._inductor.config.patch(config):
+                    compiled = torch.compile(fn, **options)
+                    compiled(*inputs)
+                    if second is not None:
+                        compiled(*second)
+                torch.cuda.synchronize()
+                report.append(dict(model=name, ok=True, cases=len(rec.cases) - before))
+            except Exception as e:  # a model that does not compile here is reported, not fatal
+                traceback.print_exc()
+                report.append(dict(model=name, ok=False, error=f"{type(e).__name__}: {e}"[:2000],
+                                   cases=len(rec.cases) - before))
+            print(f"model {name}: {report[-1]}", flush=True)
+        (args.out / "INDEX.json").write_text(json.dumps(rec.cases, indent=1) + "\n")
+        (args.out / "models.json").write_text(json.dumps(report, indent=1) + "\n")
+        (args.out / "skipped.json").write_text(json.dumps(rec.skipped, indent=1) + "\n")
+        failed = [r["model"] for r in report if not r["ok"]]
+        if overall:
+            print(f"inductor_cases.py: every model compiled with {overall}")
+        print("inductor_cases.py: kernels with " + ", ".join(f"{k} {v}" for k, v in sorted(rec.features.items())))
+        print(f"inductor_cases.py: {len(rec.cases)} cases from {len(report) - len(failed)} models "
+              f"({len(rec.skipped)} launches skipped; models that failed to compile: {failed or 'none'}) in {args.out}")
+        return 0 if rec.cases else 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
