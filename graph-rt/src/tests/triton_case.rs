@@ -291,25 +291,8 @@ impl Case {
 
 /// A scalar argument of a manifest, as Triton's launcher passed it.
 pub(super) fn scalar(arg: &Value) -> Outcome<TritonArg<'static>> {
-    let v = &arg["value"];
-    let (int, uint, float) = (v.as_i64(), v.as_u64(), v.as_f64());
-    let made = match arg["type"].as_str().unwrap_or_default() {
-        "i8" => int.map(|x| TritonArg::i8(x as i8)),
-        "u8" => uint.map(|x| TritonArg::u8(x as u8)),
-        "i16" => int.map(|x| TritonArg::i16(x as i16)),
-        "u16" => uint.map(|x| TritonArg::u16(x as u16)),
-        "i32" => int.map(|x| TritonArg::i32(x as i32)),
-        "u32" => uint.map(|x| TritonArg::u32(x as u32)),
-        "i64" => int.map(TritonArg::i64),
-        "u64" => uint.or(int.map(|x| x as u64)).map(TritonArg::u64),
-        "fp16" => float.map(|x| TritonArg::f16_bits(half::f16::from_f64(x).to_bits())),
-        "bf16" => float.map(|x| TritonArg::bf16_bits(half::bf16::from_f64(x).to_bits())),
-        "fp32" => float.map(|x| TritonArg::f32(x as f32)),
-        "fp64" => float.map(TritonArg::f64),
-        "i1" | "u1" => v.as_bool().or(int.map(|x| x != 0)).map(TritonArg::bool),
-        _ => None,
-    };
-    made.ok_or_else(|| format!("scalar argument {arg} of a type or value the test cannot pass"))
+    TritonFixture::try_scalar(arg)
+        .ok_or_else(|| format!("scalar argument {arg} of a type or value the test cannot pass"))
 }
 
 /// Where a buffer's bytes `which` ("before" or "after") lie in buffers.bin.
@@ -352,4 +335,31 @@ fn close(got: &[u8], want: &[u8], dtype: &str) -> bool {
     g.iter().zip(&w).all(|(g, w)| {
         (g - w).abs() <= 1e-3 * w.abs() + 1e-4 * largest || (g.is_nan() && w.is_nan())
     })
+}
+
+#[test]
+fn every_scalar_type_a_manifest_may_hold_is_passed() {
+    // The scalar types of Triton's signatures that scripts/inductor_cases.py records.
+    for (ty, value) in [
+        ("i1", "true"),
+        ("u1", "1"),
+        ("i8", "-3"),
+        ("u8", "200"),
+        ("i16", "-300"),
+        ("u16", "60000"),
+        ("i32", "-70000"),
+        ("u32", "4000000000"),
+        ("i64", "-5000000000"),
+        ("u64", "9000000000000000000"),
+        ("fp16", "0.5"),
+        ("bf16", "-2.25"),
+        ("fp32", "1e-5"),
+        ("fp64", "3.25"),
+    ] {
+        let arg: Value =
+            serde_json::from_str(&format!(r#"{{"type": "{ty}", "value": {value}}}"#)).unwrap();
+        assert!(scalar(&arg).is_ok(), "{ty}");
+    }
+    let unknown: Value = serde_json::from_str(r#"{"type": "nvTmaDesc", "value": 0}"#).unwrap();
+    assert!(scalar(&unknown).is_err());
 }
