@@ -10,7 +10,7 @@ What is drawn: head widths even from 8 to 256 (multiples of 8 or not), 1 to 32 h
 x head width within 256 .. 4096, kv-heads any divisor of heads (multi-query to full), the MLP
 width and vocabulary any whole number (odd ones included: the example's own matrix-vector
 kernels need K % 8 == 0 and shared memory to fit, cuBLAS takes the rest), the cache 16 .. 8192
-positions with the step's position anywhere in its first 2048, three batch sizes (one of 1 .. 8, where the
+positions with the step's position anywhere in its first 1024, three batch sizes (one of 1 .. 8, where the
 example's own kernels apply, one of 9 .. 64, one of 1 .. 300). The first configuration always
 has the extremes: head width 256 with one kv-head, and an odd vocabulary. Parameters are capped
 at about 400 M (the weights are made on the host). The same --seed gives the same lines.
@@ -21,7 +21,7 @@ import sys
 
 MAX_PARAMS = 400e6
 # Both sides feed every position from 0 (PyTorch eagerly, twice): the position stays below this.
-MAX_POSITION = 2048
+MAX_POSITION = 1024
 
 
 def params(c):

@@ -356,19 +356,33 @@ pub struct Model {
     pub k: Kernels,
     pub k_pdl: Option<Kernels>,
     pub blas: Cublas,
+    /// Seconds spent making and uploading the weights.
+    pub weights_s: f64,
+    /// Seconds spent loading the kernels and cuBLAS (the driver compiles the modules' PTX for
+    /// the device on a first run and caches the result: seconds then, a fraction after).
+    pub kernels_s: f64,
 }
 
 impl Model {
     pub fn new(ctx: &Context, stream: &Stream, c: &DecodeConfig) -> graph_rt::Result<Self> {
         let pdl = ctx.device().compute_capability()?.0 >= 9;
         let smem = attention_smem(c);
+        let t = std::time::Instant::now();
+        let w = Weights::new(ctx, c)?;
+        let weights_s = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let k = Kernels::load(ctx, smem, false)?;
+        let k_pdl = pdl.then(|| Kernels::load(ctx, smem, true)).transpose()?;
+        let blas = Cublas::new(stream)?;
         Ok(Self {
-            w: Weights::new(ctx, c)?,
-            k: Kernels::load(ctx, smem, false)?,
-            k_pdl: pdl.then(|| Kernels::load(ctx, smem, true)).transpose()?,
-            blas: Cublas::new(stream)?,
+            w,
+            k,
+            k_pdl,
+            blas,
             sms: ctx.device().multiprocessor_count()?.max(1) as u32,
             c: c.clone(),
+            weights_s,
+            kernels_s: t.elapsed().as_secs_f64(),
         })
     }
 }

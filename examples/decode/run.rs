@@ -100,10 +100,12 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
     let bandwidth = copy_bandwidth(&ctx, &stream, &model)?;
     let floor_us = c.weight_read_bytes() as f64 / bandwidth * 1e6;
     println!(
-        "decode: {} layers, d {}, {} heads ({} KV), MLP {}, vocabulary {}, cache {}, bf16 on {}; weights {:.1} MB made and uploaded in {setup_s:.1} s; a copy kernel moves {:.2} TB/s: the weight-read floor is {floor_us:.1} µs",
+        "decode: {} layers, d {}, {} heads ({} KV), MLP {}, vocabulary {}, cache {}, bf16 on {}; weights {:.1} MB made and uploaded in {:.1} s, the kernels and cuBLAS loaded in {:.1} s (the driver compiles the kernels' PTX on a first run, then caches it); a copy kernel moves {:.2} TB/s: the weight-read floor is {floor_us:.1} µs",
         c.layers, c.d, c.heads, c.kv_heads, c.mlp, c.vocab, c.max_len,
         ctx.device().name()?,
         c.weight_read_bytes() as f64 / 1e6,
+        model.weights_s,
+        model.kernels_s,
         bandwidth / 1e12,
     );
     if let Some(dir) = &o.out {
@@ -155,6 +157,8 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
             "copy_bytes_per_s": bandwidth,
             "floor_us": floor_us,
             "setup_s": setup_s,
+            "weights_s": model.weights_s,
+            "kernels_s": model.kernels_s,
             "batches": Value::Object(batches),
             "generation": Value::Object(generation),
         });
