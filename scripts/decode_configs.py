@@ -7,13 +7,14 @@ valid under the example's checks (`graph_rt_dev::decode::DecodeConfig::check`, m
     python3 scripts/decode_configs.py --count 6 --seed 17 [--steps 8]
 
 What is drawn: head widths even from 8 to 256 (multiples of 8 or not), 1 to 32 heads, d = heads
-x head width within 256 .. 4096, kv-heads any divisor of heads (multi-query to full), the MLP
-width and vocabulary any whole number (odd ones included: the example's own matrix-vector
-kernels need K % 8 == 0 and shared memory to fit, cuBLAS takes the rest), the cache 16 .. 8192
-positions with the step's position anywhere in its first 1024, three batch sizes (one of 1 .. 8, where the
-example's own kernels apply, one of 9 .. 64, one of 1 .. 300). The first configuration always
-has the extremes: head width 256 with one kv-head, and an odd vocabulary. Parameters are capped
-at about 400 M (the weights are made on the host). The same --seed gives the same lines.
+x head width within 256 .. 4096, kv-heads any divisor of heads (multi-query to full), 1 to 6
+layers, the MLP width (16 .. 4 d) and vocabulary (2 .. 65535) any whole number, odd ones
+included (the example's own matrix-vector kernels need K % 8 == 0 and shared memory to fit,
+cuBLAS takes the rest), the cache 16 .. 8192 positions with the step's position anywhere in its
+first 1024, three batch sizes (one of 1 .. 8, where the example's own kernels apply, one of
+9 .. 64, one of 1 .. 300). The first configuration always has the extremes: head width 256 with
+one kv-head, and an odd vocabulary. Parameters are capped at about 400 M (the weights are made
+on the host). The same --seed gives the same lines.
 """
 import argparse
 import random
