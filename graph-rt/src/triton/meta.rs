@@ -133,10 +133,16 @@ impl TritonMetadata {
     }
 
     /// CTAs per program on each axis: `cluster_dims` where recorded (3.3), else `num_ctas`
-    /// on x.
+    /// on x. (Metadata made by hand, unchecked, may hold dimensions whose product overflows:
+    /// they are taken as given.)
     pub fn ctas(&self) -> [u32; 3] {
+        let many = |d: [u32; 3]| {
+            d.iter()
+                .try_fold(1u32, |a, &x| a.checked_mul(x))
+                .is_none_or(|p| p > 1)
+        };
         match self.cluster_dims {
-            Some(d) if d.iter().product::<u32>() > 1 => d,
+            Some(d) if many(d) => d,
             _ => [self.num_ctas, 1, 1],
         }
     }
@@ -358,6 +364,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!((m33.ctas(), m33.scratch_params), ([2, 1, 1], 1));
+        // Made by hand, unchecked: dimensions whose product overflows are taken as given.
+        let huge = TritonMetadata {
+            cluster_dims: Some([65536, 65536, 2]),
+            ..m33.clone()
+        };
+        assert_eq!(huge.ctas(), [65536, 65536, 2]);
+        let one = TritonMetadata {
+            cluster_dims: Some([1, 1, 1]),
+            num_ctas: 4,
+            ..m33.clone()
+        };
+        assert_eq!(one.ctas(), [4, 1, 1]);
         for bad in [
             "[]",
             "{}",
