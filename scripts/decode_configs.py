@@ -26,10 +26,10 @@ MAX_POSITION = 1024
 
 
 def params(c):
-    hd = c["d"] // c["heads"]
-    layer = c["d"] * (c["heads"] + 2 * c["kv_heads"]) * hd + c["d"] * c["heads"] * hd \
-        + 3 * c["d"] * c["mlp"] + 2 * c["d"]
-    return c["layers"] * layer + 2 * c["vocab"] * c["d"] + c["d"]
+    # Per layer: QKV, O (d x d), up (2 mlp x d), down, two norms; then embedding, head, norm.
+    d, hd = c["d"], c["d"] // c["heads"]
+    layer = d * (c["heads"] + 2 * c["kv_heads"]) * hd + d * d + 3 * d * c["mlp"] + 2 * d
+    return c["layers"] * layer + 2 * c["vocab"] * d + d
 
 
 def draw(rng, steps, extreme=False):

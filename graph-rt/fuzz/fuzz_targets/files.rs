@@ -2,7 +2,8 @@
 //! cache metadata (`TritonMetadata::from_json`), its TTIR (`ttir_args`, for the kernel the text
 //! names first, and for a name it does not hold), a calibrated cost model
 //! (`CostModel::from_json`) and the profiler's decisions file (`DecisionStore::open` on a file
-//! of these bytes; a file it reads, saved again, reads again). Nothing may panic; errors are fine. No GPU: none of them calls the driver.
+//! of these bytes; a file it reads, saved again, reads again). Nothing may panic; errors are
+//! fine. No GPU: none of them calls the driver.
 #![no_main]
 
 use std::path::PathBuf;

@@ -136,13 +136,8 @@ impl TritonMetadata {
     /// on x. (Metadata made by hand, unchecked, may hold dimensions whose product overflows:
     /// they are taken as given.)
     pub fn ctas(&self) -> [u32; 3] {
-        let many = |d: [u32; 3]| {
-            d.iter()
-                .try_fold(1u32, |a, &x| a.checked_mul(x))
-                .is_none_or(|p| p > 1)
-        };
         match self.cluster_dims {
-            Some(d) if many(d) => d,
+            Some(d) if d != [1, 1, 1] && !d.contains(&0) => d,
             _ => [self.num_ctas, 1, 1],
         }
     }
