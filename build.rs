@@ -3,7 +3,9 @@
 //! bench prints on the GPU machine — which has neither the source nor git — names its commit;
 //! and makes the table forms of the decode example's own kernels with the PTX pass
 //! (`graph-rt-ptx`, a build-dependency), as a framework's build script would: no CUDA toolkit,
-//! the PTX checked in beside the sources (`examples/decode/ptx/`, made by `kernels/compile.py`).
+//! the PTX checked in beside the sources (`examples/decode/ptx/`, made by `kernels/compile.py`);
+//! and embeds the cubins of those table forms (`examples/decode/cubin/`, made by
+//! `scripts/decode-cubins`) that were made from exactly the PTX it makes.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -33,6 +35,7 @@ const DECODE_SCALARS: &[&str] = &["attention:9", "attention:10"];
 fn decode_table_forms() {
     let dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("OUT_DIR"));
     let mut signatures = None;
+    let mut made = Vec::new();
     for name in ["decode", "decode_pdl"] {
         let src = PathBuf::from(format!("examples/decode/ptx/{name}.ptx"));
         println!("cargo:rerun-if-changed={}", src.display());
@@ -56,6 +59,7 @@ fn decode_table_forms() {
             .unwrap_or_else(|e| panic!("the PTX pass refused {}: {e}", src.display()));
         std::fs::write(dir.join(format!("{name}_table.ptx")), &out.ptx)
             .unwrap_or_else(|e| panic!("writing {name}_table.ptx: {e}"));
+        made.push((format!("{name}_table"), out.ptx.clone()));
         match &signatures {
             None => signatures = Some(out.kernels),
             Some(first) => assert_eq!(
@@ -100,7 +104,76 @@ fn decode_table_forms() {
         writeln!(rs, "        ] }},").unwrap();
     }
     rs.push_str("    ]\n}\n");
+    rs.push_str(&decode_cubins(&made));
     std::fs::write(dir.join("decode_table.rs"), rs).expect("writing decode_table.rs");
+}
+
+/// The shipped cubins of the table forms (`examples/decode/cubin/`, made by
+/// `scripts/decode-cubins` with ptxas 12.4), as Rust: `CUBINS`, each embedded only while the
+/// MANIFEST's hash of the PTX it was made from is that of the PTX `made` here (and the file's own
+/// hash matches). A stale or damaged one is left out with a warning: the example then compiles
+/// the PTX, as on any other architecture; a stale cubin never runs.
+fn decode_cubins(made: &[(String, String)]) -> String {
+    use sha2::{Digest, Sha256};
+    let hex = |bytes: &[u8]| -> String {
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let dir = Path::new("examples/decode/cubin");
+    let manifest = dir.join("MANIFEST");
+    println!("cargo:rerun-if-changed={}", manifest.display());
+    let mut rs = String::from(
+        "/// A shipped cubin of a table-form module (`examples/decode/cubin/`), for one architecture.\n\
+         pub struct Cubin {\n    \
+         /// The module: `decode_table` or `decode_pdl_table`.\n    \
+         pub module: &'static str,\n    \
+         /// The compute capability it was assembled for (it loads on that one only).\n    \
+         pub arch: (i32, i32),\n    \
+         pub image: &'static [u8],\n\
+         }\n\
+         /// The cubins made from exactly the PTX above (build.rs checked the MANIFEST's hashes).\n\
+         pub const CUBINS: &[Cubin] = &[\n",
+    );
+    let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [file, arch, ptx_sha, cubin_sha] = f[..] else {
+            println!("cargo:warning=examples/decode/cubin/MANIFEST: a line that is not `file arch sha sha`: {line}");
+            continue;
+        };
+        let module = file.split('.').next().unwrap_or_default();
+        let cc = arch
+            .strip_prefix("sm_")
+            .and_then(|n| n.parse::<i32>().ok())
+            .map(|n| (n / 10, n % 10));
+        let (Some((_, ptx)), Some(cc)) = (made.iter().find(|(m, _)| m == module), cc) else {
+            println!("cargo:warning=examples/decode/cubin/MANIFEST names {file} ({arch}), no module or architecture build.rs knows");
+            continue;
+        };
+        let path = dir.join(file);
+        println!("cargo:rerun-if-changed={}", path.display());
+        let image = std::fs::read(&path).unwrap_or_default();
+        if hex(ptx.as_bytes()) != ptx_sha {
+            println!("cargo:warning={} was made from other PTX than build.rs makes now: left out, the decode example compiles the PTX (run scripts/decode-cubins)", path.display());
+        } else if hex(&image) != cubin_sha {
+            println!("cargo:warning={} is missing or not the file its MANIFEST names: left out, the decode example compiles the PTX", path.display());
+        } else {
+            let abs = std::fs::canonicalize(&path).expect("the cubin's path");
+            writeln!(
+                rs,
+                "    Cubin {{ module: {module:?}, arch: ({}, {}), image: include_bytes!({:?}) }},",
+                cc.0, cc.1, abs
+            )
+            .unwrap();
+        }
+    }
+    rs.push_str("];\n");
+    rs
 }
 
 /// Sets `GRAPH_RT_DEV_COMMIT`: the commit, `+changes` when tracked files differ from it.

@@ -21,7 +21,8 @@
 //! or the example's own matrix-vector kernels up to 8 rows, with the residual add, the norm and
 //! SiLU·up fused in; `auto`, the default, times both as graphs and takes the faster),
 //! `--no-pdl` (no programmatic dependent launch; by default the variants with it are timed too
-//! from compute capability 9.0), `--generate N` with `--prompt L` (128): N tokens generated
+//! from compute capability 9.0), `--jit` (load the kernels from their PTX, compiled by the driver,
+//! even where a cubin for the device ships: `examples/decode/cubin/`, sm_90), `--generate N` with `--prompt L` (128): N tokens generated
 //! greedily after a prompt of L formula tokens, tokens per second, written to `--out`
 //! (`generated-b{B}.bin`, i32 [N, B]) for the PyTorch script to compare. Each batch size reports
 //! every variant it timed. A bad configuration is an error naming the option and
@@ -54,6 +55,8 @@ pub struct Options {
     pub gemm: GemmChoice,
     /// `--no-pdl`: launch the kernels without programmatic dependent launch.
     pub no_pdl: bool,
+    /// `--jit`: load the kernels from their PTX even where a cubin for the device is shipped.
+    pub jit: bool,
     pub steps: usize,
     /// `--generate N`: tokens to generate after the prompt (0: no generation).
     pub generate: usize,
@@ -69,6 +72,7 @@ impl Options {
         let (mut steps, mut iters, mut warm, mut out) = (64, 200, 20, None);
         let mut gemm = GemmChoice::Auto;
         let mut no_pdl = false;
+        let mut jit = false;
         let (mut generate, mut prompt) = (0, 128);
         let mut rest = Vec::new();
         let mut it = args.into_iter();
@@ -93,6 +97,7 @@ impl Options {
                     }
                 }
                 "--no-pdl" => no_pdl = true,
+                "--jit" => jit = true,
                 "--generate" => generate = num("--generate")?,
                 "--prompt" => prompt = num("--prompt")?,
                 "--help" | "-h" => return Err(HELP.into()),
@@ -121,6 +126,7 @@ impl Options {
             generate,
             prompt,
             no_pdl,
+            jit,
             steps,
             iters,
             warm,
@@ -131,7 +137,7 @@ impl Options {
 
 const HELP: &str = "usage: decode [--layers N --d N --heads N --kv-heads N --mlp N --vocab N \
 --max-len N --batches 1,4,16 --position N] [--steps 64 --iters 200 --warm 20 --out DIR \
---gemm auto|cublas|own --no-pdl --generate N --prompt L]";
+--gemm auto|cublas|own --no-pdl --jit --generate N --prompt L]";
 
 fn main() -> ExitCode {
     let options = match Options::parse(std::env::args().skip(1).collect()) {

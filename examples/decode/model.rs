@@ -107,8 +107,21 @@ impl Weights {
     }
 }
 
+/// Where the kernels' machine code comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelSource {
+    /// The shipped cubin for this device's compute capability (`examples/decode/cubin/`, which
+    /// build.rs embeds while it matches the PTX), else the PTX.
+    Shipped,
+    /// The PTX, compiled by the driver (`--jit`): about 25 s on a machine's first run for the two
+    /// modules, then cached by the driver.
+    Ptx,
+}
+
 /// The example's kernels: table forms where a parameter changes between calls, plain elsewhere.
 pub struct Kernels {
+    /// What the module was loaded from: `cubin sm_XY` or `PTX`.
+    pub form: String,
     /// Each kernel starts with PDL's trigger and wait: every launch but the first after the
     /// table's refresh is made programmatic.
     pdl: bool,
@@ -134,10 +147,41 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// Loads a module build.rs made (with PDL or without); attention may use `attention_smem`
-    /// bytes of dynamic shared memory (a row of scores and partial sums).
-    pub fn load(ctx: &Context, attention_smem: usize, pdl: bool) -> graph_rt::Result<Self> {
-        let module = Module::from_ptx(ctx, if pdl { TABLE_PDL_PTX } else { TABLE_PTX })?;
+    /// Loads a module build.rs made (with PDL or without), from the cubin for this device where
+    /// `source` allows and one is shipped, else from its PTX; attention may use
+    /// `attention_smem` bytes of dynamic shared memory (a row of scores and partial sums).
+    pub fn load(
+        ctx: &Context,
+        attention_smem: usize,
+        pdl: bool,
+        source: KernelSource,
+    ) -> graph_rt::Result<Self> {
+        let name = if pdl {
+            "decode_pdl_table"
+        } else {
+            "decode_table"
+        };
+        let cc = ctx.device().compute_capability()?;
+        let cubin = table::CUBINS
+            .iter()
+            .find(|c| source == KernelSource::Shipped && c.module == name && c.arch == cc);
+        let (module, form) = match cubin {
+            // SAFETY: the image is a whole cubin made by ptxas (scripts/decode-cubins), its bytes
+            // checked against the MANIFEST's hash by build.rs.
+            Some(c) => match unsafe { Module::from_cubin(ctx, c.image) } {
+                Ok(m) => (m, format!("cubin sm_{}{}", cc.0, cc.1)),
+                Err(e) => {
+                    return Err(e.with_hint(format!(
+                        "loading the shipped cubin of {name} for sm_{}{}; --jit compiles the PTX instead",
+                        cc.0, cc.1
+                    )))
+                }
+            },
+            None => {
+                let ptx = if pdl { TABLE_PDL_PTX } else { TABLE_PTX };
+                (Module::from_ptx(ctx, ptx)?, "PTX".to_string())
+            }
+        };
         let sigs = table::signatures();
         let table = |name: &str| {
             let sig = sigs
@@ -163,6 +207,7 @@ impl Kernels {
             f.set_max_dynamic_shared_bytes(attention_smem as i32)?;
         }
         let mut k = Self {
+            form,
             pdl,
             embed_norm: table("embed_norm")?,
             attention,
@@ -364,15 +409,22 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn new(ctx: &Context, stream: &Stream, c: &DecodeConfig) -> graph_rt::Result<Self> {
+    pub fn new(
+        ctx: &Context,
+        stream: &Stream,
+        c: &DecodeConfig,
+        source: KernelSource,
+    ) -> graph_rt::Result<Self> {
         let pdl = ctx.device().compute_capability()?.0 >= 9;
         let smem = attention_smem(c);
         let t = std::time::Instant::now();
         let w = Weights::new(ctx, c)?;
         let weights_s = t.elapsed().as_secs_f64();
         let t = std::time::Instant::now();
-        let k = Kernels::load(ctx, smem, false)?;
-        let k_pdl = pdl.then(|| Kernels::load(ctx, smem, true)).transpose()?;
+        let k = Kernels::load(ctx, smem, false, source)?;
+        let k_pdl = pdl
+            .then(|| Kernels::load(ctx, smem, true, source))
+            .transpose()?;
         let blas = Cublas::new(stream)?;
         Ok(Self {
             w,

@@ -11,7 +11,7 @@ use graph_rt::timing::quantiles;
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream};
 use serde_json::{json, Value};
 
-use crate::model::{fail, token, Batch, Gemms, Model, Params, Variant};
+use crate::model::{fail, token, Batch, Gemms, KernelSource, Model, Params, Variant};
 use crate::GemmChoice;
 use crate::Options;
 
@@ -95,17 +95,28 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
     })?;
     let stream = Stream::new(&ctx)?;
     let t = Instant::now();
-    let model = Model::new(&ctx, &stream, c)?;
+    let source = if o.jit {
+        KernelSource::Ptx
+    } else {
+        KernelSource::Shipped
+    };
+    let model = Model::new(&ctx, &stream, c, source)?;
     let setup_s = t.elapsed().as_secs_f64();
     let bandwidth = copy_bandwidth(&ctx, &stream, &model)?;
     let floor_us = c.weight_read_bytes() as f64 / bandwidth * 1e6;
     println!(
-        "decode: {} layers, d {}, {} heads ({} KV), MLP {}, vocabulary {}, cache {}, bf16 on {}; weights {:.1} MB made and uploaded in {:.1} s, the kernels and cuBLAS loaded in {:.1} s (the driver compiles the kernels' PTX on a first run, then caches it); a copy kernel moves {:.2} TB/s: the weight-read floor is {floor_us:.1} µs",
+        "decode: {} layers, d {}, {} heads ({} KV), MLP {}, vocabulary {}, cache {}, bf16 on {}; weights {:.1} MB made and uploaded in {:.1} s, the kernels ({}) and cuBLAS loaded in {:.1} s{}; a copy kernel moves {:.2} TB/s: the weight-read floor is {floor_us:.1} µs",
         c.layers, c.d, c.heads, c.kv_heads, c.mlp, c.vocab, c.max_len,
         ctx.device().name()?,
         c.weight_read_bytes() as f64 / 1e6,
         model.weights_s,
+        model.k.form,
         model.kernels_s,
+        if model.k.form == "PTX" {
+            " (the driver compiles PTX on a machine's first run, then caches it)"
+        } else {
+            ""
+        },
         bandwidth / 1e12,
     );
     if let Some(dir) = &o.out {
@@ -159,6 +170,7 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
             "setup_s": setup_s,
             "weights_s": model.weights_s,
             "kernels_s": model.kernels_s,
+            "kernels_form": model.k.form,
             "batches": Value::Object(batches),
             "generation": Value::Object(generation),
         });
