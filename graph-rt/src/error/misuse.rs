@@ -322,6 +322,9 @@ pub enum Misuse {
     ///
     /// [`abort`]: crate::nccl::Communicator::abort
     Aborted,
+    /// A path to serve a unique id at that a live process serves already, or that is a file
+    /// other than a socket: give every clique its own path.
+    PathInUse,
 
     // Steps.
     /// A step's closure did other work in one run than in another (node count, kernel, launch

@@ -9,98 +9,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::sys::{self, Comm, Config, NcclLib, Status, UniqueIdRaw, UNIQUE_ID_BYTES};
+use super::id::UniqueId;
+use super::sys::{self, Comm, Config, NcclLib, Status, UNIQUE_ID_BYTES};
 use super::{check_devices, check_rank};
 use crate::driver::Context;
 use crate::error::{Error, Misuse, Result};
-
-/// The id every rank of one communicator is made with (`ncclGetUniqueId`): made by one rank,
-/// handed to the others (in memory within a process, through [`UniqueId::write_file`] and
-/// [`UniqueId::read_file`] across processes).
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct UniqueId([u8; UNIQUE_ID_BYTES]);
-
-impl std::fmt::Debug for UniqueId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // The first bytes say enough to tell two apart.
-        write!(f, "UniqueId({:02x?}…)", &self.0[..8])
-    }
-}
-
-impl UniqueId {
-    /// A new id (`ncclGetUniqueId`). Loads NCCL on first use (see the [module](super)).
-    pub fn new() -> Result<Self> {
-        let lib = sys::library()?;
-        let mut raw = UniqueIdRaw {
-            internal: [0; UNIQUE_ID_BYTES],
-        };
-        // SAFETY: a valid out-pointer to 128 bytes.
-        let status = unsafe { (lib.get_unique_id)(&mut raw) };
-        check(lib, "ncclGetUniqueId", status, std::ptr::null_mut())?;
-        Ok(Self(raw.internal.map(|c| c as u8)))
-    }
-
-    /// The id's bytes.
-    pub fn as_bytes(&self) -> &[u8; UNIQUE_ID_BYTES] {
-        &self.0
-    }
-
-    /// The id of `bytes` (another rank's [`UniqueId::as_bytes`]).
-    pub fn from_bytes(bytes: [u8; UNIQUE_ID_BYTES]) -> Self {
-        Self(bytes)
-    }
-
-    /// Writes the id to `path` for ranks of other processes: to a temporary file beside it,
-    /// renamed into place, so that a reader never sees half of it.
-    pub fn write_file(&self, path: &Path) -> Result<()> {
-        const CALL: &str = "UniqueId::write_file";
-        let io = |e: std::io::Error| Error::invalid(CALL, format!("{}: {e}", path.display()));
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".{}.tmp", std::process::id()));
-        std::fs::write(&tmp, self.0).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
-    }
-
-    /// Reads the id another process wrote to `path` with [`UniqueId::write_file`], waiting up to
-    /// `timeout` for the file to appear ([`Error::Timeout`] then).
-    pub fn read_file(path: &Path, timeout: Duration) -> Result<Self> {
-        const CALL: &str = "UniqueId::read_file";
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(100);
-        loop {
-            match std::fs::read(path) {
-                Ok(bytes) => {
-                    let bytes: [u8; UNIQUE_ID_BYTES] = bytes.try_into().map_err(|b: Vec<u8>| {
-                        let reason = format!(
-                            "{} holds {} bytes, not the {UNIQUE_ID_BYTES} of an NCCL unique id",
-                            path.display(),
-                            b.len()
-                        );
-                        Error::misuse(CALL, Misuse::Malformed, reason)
-                    })?;
-                    return Ok(Self(bytes));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::invalid(CALL, format!("{}: {e}", path.display()))),
-            }
-            if start.elapsed() >= timeout {
-                return Err(Error::Timeout {
-                    call: CALL,
-                    after: timeout,
-                    reason: format!("no rank wrote {}", path.display()),
-                });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
-    }
-
-    fn raw(&self) -> UniqueIdRaw {
-        UniqueIdRaw {
-            internal: self.0.map(|b| b as std::ffi::c_char),
-        }
-    }
-}
 
 /// How a communicator waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

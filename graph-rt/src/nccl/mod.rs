@@ -26,9 +26,33 @@
 //! ([`Misuse::RankPerGpu`]) in this process, and by NCCL across
 //! processes.
 //!
-//! `sys` holds the hand-written bindings and the loader, `comm` the communicators, `ops` the
-//! calls; the pure checks are here, with their tests. Depends on `driver`, `graph` (a capture's
-//! keep-alive), `error` and `resource` only.
+//! Ranks in other processes (one a GPU) share the [`UniqueId`] through a file
+//! ([`UniqueId::write_file`], [`UniqueId::read_file`]) or a Unix-domain socket that rank 0 serves
+//! ([`UniqueId::serve`], [`UniqueId::receive`]: nothing is left behind for a later run to read):
+//!
+//! ```no_run
+//! use graph_rt::nccl::{CommOptions, Communicator, UniqueId};
+//! use std::{path::Path, time::Duration};
+//!
+//! # fn main() -> graph_rt::Result<()> {
+//! # let (rank, nranks) = (0usize, 2usize);
+//! let (path, wait) = (Path::new("/tmp/my-job.nccl"), Duration::from_secs(60));
+//! let id = if rank == 0 {
+//!     let id = UniqueId::new()?;
+//!     id.serve(path, nranks - 1, wait)?; // returns once every other rank has it
+//!     id
+//! } else {
+//!     UniqueId::receive(path, wait)?
+//! };
+//! let ctx = graph_rt::Context::new(rank)?;
+//! let comm = Communicator::init_rank(&ctx, &id, rank, nranks, &CommOptions::default())?;
+//! # Ok(()) }
+//! ```
+//!
+//! `sys` holds the hand-written bindings and the loader, `id` the unique id and its exchange
+//! across processes, `comm` the communicators, `ops` the calls; the pure checks are here, with
+//! their tests. Depends on `driver`, `graph` (a capture's keep-alive), `error` and `resource`
+//! only.
 //!
 //! ```no_run
 //! use graph_rt::nccl::{CommOptions, Communicator, ReduceOp};
@@ -57,11 +81,13 @@
 //! ```
 
 mod comm;
+mod id;
 mod ops;
 mod sys;
 
 pub use crate::error::NcclCode;
-pub use comm::{CommOptions, Communicator, UniqueId};
+pub use comm::{CommOptions, Communicator};
+pub use id::UniqueId;
 pub use ops::{group, NcclElement, ReduceOp};
 
 use crate::error::{Error, Misuse, Result};

@@ -1,7 +1,7 @@
-//! NCCL ranks in two processes that meet through a unique-id file: the test spawns this test
-//! binary again, running the same test as the other rank. On one GPU NCCL itself must refuse
-//! the second rank with a typed error (the in-process registry cannot see another process); on
-//! two, the ranks sum and rebind a step as threads do.
+//! NCCL ranks in two processes that meet through a unique-id file or socket: the test spawns
+//! this test binary again, running the same test as the other rank. On one GPU NCCL itself must
+//! refuse the second rank with a typed error (the in-process registry cannot see another
+//! process); on two, the ranks sum and rebind a step as threads do.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
@@ -11,18 +11,58 @@ use super::nccl::{rank_of_two, two_gpus};
 use crate::nccl::{CommOptions, Communicator, NcclCode, UniqueId};
 use crate::{Context, Error};
 
-/// Set in a child process: the rank it plays and the file holding the id, `<rank>:<file>`.
+/// Set in a child process: the rank it plays and where the id comes from,
+/// `<rank>:<file|socket>:<path>`.
 const ROLE: &str = "GRAPH_RT_TEST_NCCL_ROLE";
 
-/// The (rank, id file) this process plays when a test spawned it.
-fn role() -> Option<(usize, PathBuf)> {
-    let v = std::env::var(ROLE).ok()?;
-    let (rank, file) = v.split_once(':')?;
-    Some((rank.parse().ok()?, PathBuf::from(file)))
+/// How the ranks' processes share the id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Exchange {
+    /// [`UniqueId::write_file`] / [`UniqueId::read_file`].
+    File,
+    /// [`UniqueId::serve`] / [`UniqueId::receive`].
+    Socket,
 }
 
-/// A fresh id file path for this process.
-fn id_file(test: &str) -> PathBuf {
+impl Exchange {
+    fn name(self) -> &'static str {
+        match self {
+            Exchange::File => "file",
+            Exchange::Socket => "socket",
+        }
+    }
+
+    /// The other rank's side: the id, waited for up to a minute.
+    fn get(self, path: &Path) -> crate::Result<UniqueId> {
+        let wait = Duration::from_secs(60);
+        match self {
+            Exchange::File => UniqueId::read_file(path, wait),
+            Exchange::Socket => UniqueId::receive(path, wait),
+        }
+    }
+
+    /// Rank 0's side: hands `id` to the one other rank (the socket: once it has come for it).
+    fn give(self, id: &UniqueId, path: &Path) -> crate::Result<()> {
+        match self {
+            Exchange::File => id.write_file(path),
+            Exchange::Socket => id.serve(path, 1, Duration::from_secs(60)),
+        }
+    }
+}
+
+/// The (rank, exchange, path) this process plays when a test spawned it.
+fn role() -> Option<(usize, Exchange, PathBuf)> {
+    let v = std::env::var(ROLE).ok()?;
+    let (rank, rest) = v.split_once(':')?;
+    let (how, path) = rest.split_once(':')?;
+    let how = [Exchange::File, Exchange::Socket]
+        .into_iter()
+        .find(|h| h.name() == how)?;
+    Some((rank.parse().ok()?, how, PathBuf::from(path)))
+}
+
+/// A fresh path for the id of this process's test.
+fn id_path(test: &str) -> PathBuf {
     std::env::temp_dir().join(format!("graph-rt-{test}-{}.id", std::process::id()))
 }
 
@@ -35,7 +75,7 @@ struct Other {
 /// Runs this binary's test `test` (of this module) in a child process as `rank`. Its output
 /// goes to a file, echoed by [`Other::wait`] with each line prefixed: the suite's log parsers
 /// read one test's `test result:` line a log.
-fn spawn_rank(test: &str, rank: usize, file: &Path) -> Other {
+fn spawn_rank(test: &str, rank: usize, how: Exchange, file: &Path) -> Other {
     let module = module_path!()
         .split_once("::")
         .map_or(module_path!(), |(_, m)| m);
@@ -50,7 +90,7 @@ fn spawn_rank(test: &str, rank: usize, file: &Path) -> Other {
             "--test-threads=1",
             "--nocapture",
         ])
-        .env(ROLE, format!("{rank}:{}", file.display()))
+        .env(ROLE, format!("{rank}:{}:{}", how.name(), file.display()))
         .stdout(out)
         .stderr(err)
         .spawn()
@@ -85,16 +125,15 @@ impl Other {
     }
 }
 
-/// Rank `rank` of two on device `device`, the id read from `file`; NCCL's verdict.
-fn init_from_file(device: usize, rank: usize, file: &Path) -> crate::Result<Communicator> {
+/// Rank `rank` of two on device `device` with `id`; NCCL's verdict.
+fn init_rank(device: usize, rank: usize, id: &UniqueId) -> crate::Result<Communicator> {
     let ctx = Context::new(device)?;
-    let id = UniqueId::read_file(file, Duration::from_secs(60))?;
     // NCCL refuses within a second; the deadline only bounds a hang. Generous: under racecheck
     // with the sanitizer pool's 14 runs at once a 30 s init deadline passed (run 3, session 17).
     let options = CommOptions {
         timeout: Duration::from_secs(120),
     };
-    Communicator::init_rank(&ctx, &id, rank, 2, &options)
+    Communicator::init_rank(&ctx, id, rank, 2, &options)
 }
 
 fn expect_duplicate_refused(who: &str, r: crate::Result<Communicator>) {
@@ -115,21 +154,23 @@ fn expect_duplicate_refused(who: &str, r: crate::Result<Communicator>) {
 #[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
 fn nccl_two_processes_on_one_gpu_are_refused_by_nccl_with_a_typed_error() {
     const TEST: &str = "nccl_two_processes_on_one_gpu_are_refused_by_nccl_with_a_typed_error";
-    if let Some((rank, file)) = role() {
-        expect_duplicate_refused(
-            &format!("rank {rank} (child)"),
-            init_from_file(0, rank, &file),
-        );
+    if let Some((rank, how, path)) = role() {
+        let id = how.get(&path).unwrap();
+        expect_duplicate_refused(&format!("rank {rank} (child)"), init_rank(0, rank, &id));
         return;
     }
     // Holds the suite's GPU lock so that no other test's communicator shares the device.
     let _gpu = super::capturing_ctx();
-    let file = id_file(TEST);
-    UniqueId::new().unwrap().write_file(&file).unwrap();
-    let child = spawn_rank(TEST, 1, &file);
-    let r = init_from_file(0, 0, &file);
+    // The id goes through a socket here (the two-GPU test below takes a file): NCCL's own id
+    // between two processes, served before either rank starts NCCL's init.
+    let how = Exchange::Socket;
+    let path = id_path(TEST);
+    let id = UniqueId::new().unwrap();
+    let child = spawn_rank(TEST, 1, how, &path);
+    let given = how.give(&id, &path);
+    let r = given.and_then(|()| init_rank(0, 0, &id));
     let status = child.wait(Duration::from_secs(300));
-    let _ = std::fs::remove_file(&file);
+    let _ = std::fs::remove_file(&path);
     expect_duplicate_refused("rank 0 (parent)", r);
     assert!(status.success(), "the child rank: {status}");
 }
@@ -139,17 +180,17 @@ fn nccl_two_processes_on_one_gpu_are_refused_by_nccl_with_a_typed_error() {
 fn two_gpus_two_processes_meet_through_a_unique_id_file_and_rebind_a_step() {
     const TEST: &str = "two_gpus_two_processes_meet_through_a_unique_id_file_and_rebind_a_step";
     let calls = 200;
-    if let Some((rank, file)) = role() {
-        let id = UniqueId::read_file(&file, Duration::from_secs(60)).unwrap();
+    if let Some((rank, how, path)) = role() {
+        let id = how.get(&path).unwrap();
         let (eager, replay) = rank_of_two(Context::new(rank).unwrap(), id, rank, calls);
         eprintln!("rank {rank} (child process): eager {eager:.1} µs, step {replay:.1} µs");
         return;
     }
     let (c0, _c1) = two_gpus();
-    let file = id_file(TEST);
+    let (how, file) = (Exchange::File, id_path(TEST));
     let id = UniqueId::new().unwrap();
-    id.write_file(&file).unwrap();
-    let child = spawn_rank(TEST, 1, &file);
+    how.give(&id, &file).unwrap();
+    let child = spawn_rank(TEST, 1, how, &file);
     let (eager, replay) = rank_of_two(c0.clone(), id, 0, calls);
     let status = child.wait(Duration::from_secs(300));
     let _ = std::fs::remove_file(&file);

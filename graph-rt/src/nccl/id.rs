@@ -1,0 +1,370 @@
+//! The unique id every rank of one communicator is made with, and how ranks of other processes
+//! get it: a file written whole, or a Unix-domain socket that one rank serves.
+
+use std::io::{ErrorKind, Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use super::comm::check;
+use super::sys::{self, UniqueIdRaw, UNIQUE_ID_BYTES};
+use crate::error::{Error, Misuse, Result};
+
+/// What [`UniqueId::serve`] sends before the id: a peer that connects to any other socket gets
+/// an error naming it, never 128 bytes of something else taken for an id.
+const GREETING: &[u8; 16] = b"graph-rt nccl 1\n";
+
+/// The id every rank of one communicator is made with (`ncclGetUniqueId`): made by one rank,
+/// handed to the others (in memory within a process; across processes through
+/// [`UniqueId::write_file`] and [`UniqueId::read_file`], or [`UniqueId::serve`] and
+/// [`UniqueId::receive`]).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UniqueId(pub(super) [u8; UNIQUE_ID_BYTES]);
+
+impl std::fmt::Debug for UniqueId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The first bytes say enough to tell two apart.
+        write!(f, "UniqueId({:02x?}…)", &self.0[..8])
+    }
+}
+
+impl UniqueId {
+    /// A new id (`ncclGetUniqueId`). Loads NCCL on first use (see the [module](super)).
+    pub fn new() -> Result<Self> {
+        let lib = sys::library()?;
+        let mut raw = UniqueIdRaw {
+            internal: [0; UNIQUE_ID_BYTES],
+        };
+        // SAFETY: a valid out-pointer to 128 bytes.
+        let status = unsafe { (lib.get_unique_id)(&mut raw) };
+        check(lib, "ncclGetUniqueId", status, std::ptr::null_mut())?;
+        Ok(Self(raw.internal.map(|c| c as u8)))
+    }
+
+    /// The id's bytes.
+    pub fn as_bytes(&self) -> &[u8; UNIQUE_ID_BYTES] {
+        &self.0
+    }
+
+    /// The id of `bytes` (another rank's [`UniqueId::as_bytes`]).
+    pub fn from_bytes(bytes: [u8; UNIQUE_ID_BYTES]) -> Self {
+        Self(bytes)
+    }
+
+    /// Writes the id to `path` for ranks of other processes: to a temporary file beside it,
+    /// renamed into place, so that a reader never sees half of it. A file left by an earlier
+    /// run is replaced, but a reader that came first has read the old id: remove the file before
+    /// the ranks start, or use [`UniqueId::serve`], which leaves nothing behind.
+    pub fn write_file(&self, path: &Path) -> Result<()> {
+        const CALL: &str = "UniqueId::write_file";
+        let io = |e: std::io::Error| Error::invalid(CALL, format!("{}: {e}", path.display()));
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        std::fs::write(&tmp, self.0).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    /// Reads the id another process wrote to `path` with [`UniqueId::write_file`], waiting up to
+    /// `timeout` for the file to appear ([`Error::Timeout`] then).
+    pub fn read_file(path: &Path, timeout: Duration) -> Result<Self> {
+        const CALL: &str = "UniqueId::read_file";
+        let start = Instant::now();
+        let mut pause = Duration::from_micros(100);
+        loop {
+            match std::fs::read(path) {
+                Ok(bytes) => {
+                    let bytes: [u8; UNIQUE_ID_BYTES] = bytes.try_into().map_err(|b: Vec<u8>| {
+                        let reason = format!(
+                            "{} holds {} bytes, not the {UNIQUE_ID_BYTES} of an NCCL unique id",
+                            path.display(),
+                            b.len()
+                        );
+                        Error::misuse(CALL, Misuse::Malformed, reason)
+                    })?;
+                    return Ok(Self(bytes));
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::invalid(CALL, format!("{}: {e}", path.display()))),
+            }
+            if start.elapsed() >= timeout {
+                return Err(Error::Timeout {
+                    call: CALL,
+                    after: timeout,
+                    reason: format!("no rank wrote {}", path.display()),
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+    }
+
+    /// Hands the id to `peers` ranks of other processes through a Unix-domain socket bound at
+    /// `path` (each calls [`UniqueId::receive`] with the same path, before or after this call
+    /// starts), then removes the socket. Returns once every peer has been sent the id, so a rank
+    /// that serves calls [`Communicator::init_rank`](super::Communicator::init_rank) after it.
+    ///
+    /// A socket file left at `path` by a process that ended is replaced; one that a live process
+    /// serves is not ([`Misuse::PathInUse`]), nor is a file of another kind. Fewer than `peers`
+    /// connections within `timeout` is [`Error::Timeout`], saying how many came.
+    pub fn serve(&self, path: &Path, peers: usize, timeout: Duration) -> Result<()> {
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::net::{UnixListener, UnixStream};
+        const CALL: &str = "UniqueId::serve";
+        let io = |e: std::io::Error| Error::invalid(CALL, format!("{}: {e}", path.display()));
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+            Ok(m) if !m.file_type().is_socket() => {
+                let reason = format!("{} exists and is not a socket", path.display());
+                return Err(Error::misuse(CALL, Misuse::PathInUse, reason));
+            }
+            Ok(_) => match UnixStream::connect(path) {
+                Ok(_) => {
+                    let reason = format!("a live process serves {} already", path.display());
+                    return Err(Error::misuse(CALL, Misuse::PathInUse, reason));
+                }
+                // Nobody listens: a socket left by a process that ended.
+                Err(_) => std::fs::remove_file(path).map_err(io)?,
+            },
+        }
+        let listener = UnixListener::bind(path).map_err(io)?;
+        // Removes the socket whatever happens below.
+        struct Unlink<'a>(&'a Path);
+        impl Drop for Unlink<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(self.0);
+            }
+        }
+        let _unlink = Unlink(path);
+        listener.set_nonblocking(true).map_err(io)?;
+        let mut message = Vec::with_capacity(GREETING.len() + UNIQUE_ID_BYTES);
+        message.extend_from_slice(GREETING);
+        message.extend_from_slice(&self.0);
+        let deadline = Instant::now() + timeout;
+        let mut served = 0;
+        let mut pause = Duration::from_micros(100);
+        while served < peers {
+            match listener.accept() {
+                Ok((mut peer, _)) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    peer.set_nonblocking(false).map_err(io)?;
+                    peer.set_write_timeout(Some(left.max(Duration::from_millis(1))))
+                        .map_err(io)?;
+                    // A peer that went away before reading is not served: it counts for nothing.
+                    if peer.write_all(&message).is_ok() {
+                        served += 1;
+                    }
+                    pause = Duration::from_micros(100);
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io(e)),
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    call: CALL,
+                    after: timeout,
+                    reason: format!(
+                        "{served} of {peers} ranks came for the id at {}",
+                        path.display()
+                    ),
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// Receives the id a rank serves at `path` ([`UniqueId::serve`]), waiting up to `timeout`
+    /// for the socket to appear and answer ([`Error::Timeout`] then). A socket that answers
+    /// something else is [`Misuse::Malformed`].
+    pub fn receive(path: &Path, timeout: Duration) -> Result<Self> {
+        use std::os::unix::net::UnixStream;
+        const CALL: &str = "UniqueId::receive";
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(100);
+        let mut peer = loop {
+            match UnixStream::connect(path) {
+                Ok(s) => break s,
+                // Not there yet, or left by a process that ended and not yet replaced.
+                Err(e)
+                    if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {}
+                Err(e) => return Err(Error::invalid(CALL, format!("{}: {e}", path.display()))),
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    call: CALL,
+                    after: timeout,
+                    reason: format!("no rank served {}", path.display()),
+                });
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(20));
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let io = |e: std::io::Error| match e.kind() {
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::Timeout {
+                call: CALL,
+                after: timeout,
+                reason: format!("{} did not send the id", path.display()),
+            },
+            _ => Error::invalid(CALL, format!("{}: {e}", path.display())),
+        };
+        peer.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(io)?;
+        let mut got = Vec::with_capacity(GREETING.len() + UNIQUE_ID_BYTES + 1);
+        (&mut peer)
+            .take((GREETING.len() + UNIQUE_ID_BYTES + 1) as u64)
+            .read_to_end(&mut got)
+            .map_err(io)?;
+        match got.strip_prefix(GREETING.as_slice()) {
+            Some(id) if id.len() == UNIQUE_ID_BYTES => {
+                let mut bytes = [0u8; UNIQUE_ID_BYTES];
+                bytes.copy_from_slice(id);
+                Ok(Self(bytes))
+            }
+            _ => Err(Error::misuse(
+                CALL,
+                Misuse::Malformed,
+                format!(
+                    "{} answered {} bytes that are not graph-rt's NCCL id (is another program serving it?)",
+                    path.display(),
+                    got.len()
+                ),
+            )),
+        }
+    }
+
+    pub(super) fn raw(&self) -> UniqueIdRaw {
+        UniqueIdRaw {
+            internal: self.0.map(|b| b as std::ffi::c_char),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+    use std::path::PathBuf;
+
+    fn socket(name: &str) -> PathBuf {
+        let p = std::env::temp_dir().join(format!("graph-rt-id-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    fn id(seed: u8) -> UniqueId {
+        UniqueId::from_bytes(std::array::from_fn(|i| seed.wrapping_add(i as u8)))
+    }
+
+    const SHORT: Duration = Duration::from_millis(300);
+    const LONG: Duration = Duration::from_secs(20);
+
+    #[test]
+    fn every_peer_receives_the_served_id_whether_it_comes_before_or_after() {
+        let path = socket("peers");
+        let early: Vec<_> = (0..2)
+            .map(|_| {
+                let p = path.clone();
+                std::thread::spawn(move || UniqueId::receive(&p, LONG))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(50));
+        let late = {
+            let p = path.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(100));
+                UniqueId::receive(&p, LONG)
+            })
+        };
+        id(7).serve(&path, 3, LONG).unwrap();
+        for peer in early.into_iter().chain([late]) {
+            assert_eq!(peer.join().unwrap().unwrap(), id(7));
+        }
+        assert!(
+            !path.exists(),
+            "the socket is removed once every peer has the id"
+        );
+    }
+
+    #[test]
+    fn receive_with_nobody_serving_times_out() {
+        let path = socket("nobody");
+        let start = Instant::now();
+        let e = UniqueId::receive(&path, SHORT).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Timeout {
+                    call: "UniqueId::receive",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(start.elapsed() < LONG);
+    }
+
+    #[test]
+    fn serve_says_how_many_peers_came_when_too_few_do() {
+        let path = socket("few");
+        let p = path.clone();
+        let peer = std::thread::spawn(move || UniqueId::receive(&p, LONG));
+        let e = id(1)
+            .serve(&path, 2, Duration::from_millis(500))
+            .unwrap_err();
+        match &e {
+            Error::Timeout { call, reason, .. } => {
+                assert_eq!(*call, "UniqueId::serve");
+                assert!(reason.contains("1 of 2"), "{reason}");
+            }
+            other => panic!("{other}"),
+        }
+        assert_eq!(peer.join().unwrap().unwrap(), id(1));
+        assert!(!path.exists(), "the socket is removed on a timeout too");
+    }
+
+    #[test]
+    fn a_socket_left_by_an_ended_server_is_replaced() {
+        let path = socket("stale");
+        drop(UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        let p = path.clone();
+        let peer = std::thread::spawn(move || UniqueId::receive(&p, LONG));
+        id(3).serve(&path, 1, LONG).unwrap();
+        assert_eq!(peer.join().unwrap().unwrap(), id(3));
+    }
+
+    #[test]
+    fn a_path_in_use_is_refused() {
+        let path = socket("live");
+        let _live = UnixListener::bind(&path).unwrap();
+        let e = id(4).serve(&path, 1, SHORT).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::PathInUse), "{e}");
+        assert!(path.exists(), "the live server's socket stays");
+        let file = socket("file");
+        std::fs::write(&file, b"not a socket").unwrap();
+        let e = id(4).serve(&file, 1, SHORT).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::PathInUse), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"not a socket");
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[test]
+    fn another_programs_answer_is_not_taken_for_an_id() {
+        let path = socket("other");
+        let listener = UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(&[0xab; GREETING.len() + UNIQUE_ID_BYTES])
+                .unwrap();
+        });
+        let e = UniqueId::receive(&path, LONG).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::Malformed), "{e}");
+        server.join().unwrap();
+        let _ = std::fs::remove_file(&path);
+    }
+}
