@@ -250,6 +250,11 @@ impl StreamInner {
         self.raw
     }
 
+    /// Makes the stream's context current on this thread (a no-op where it is).
+    pub(crate) fn bind_context(&self) -> Result<()> {
+        self.ctx.bind()
+    }
+
     /// The stream's capture status (`cuStreamIsCapturing`): while not `NONE`, work queued on
     /// it is recorded into a graph, not run.
     pub(crate) fn capture_status(&self) -> Result<graph_rt_sys::CUstreamCaptureStatus> {

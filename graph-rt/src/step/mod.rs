@@ -76,6 +76,14 @@ pub struct StepOptions {
     /// where predicted fastest, and advises where the closure's other form is. `None`: the
     /// mix the closure is written as.
     pub cost_model: Option<CostModel>,
+    /// The mode of the step's captures. [`CaptureMode::Global`] (the default) refuses the calls
+    /// a capture cannot hold (plain allocations, synchronous copies, …) in every thread while
+    /// the step captures, and graph-rt holds its own releases back meanwhile;
+    /// [`CaptureMode::ThreadLocal`] refuses them only in the capturing thread: for threads that
+    /// build steps at the same time, each on its own device (the ranks of one process, whose
+    /// collectives wait for each other), where global captures would refuse each other's
+    /// allocations.
+    pub capture_mode: CaptureMode,
 }
 
 /// What [`Step::recapture`] found.
@@ -286,7 +294,7 @@ where
         let (params, body, stream) = (&mut self.params, &mut self.body, &self.stream);
         let launched = std::cell::RefCell::new(Vec::new());
         let mut capture = |stand: Option<&[params::Bound]>| {
-            stream.capture(CaptureMode::Global, |s| {
+            stream.capture(options.capture_mode, |s| {
                 if !params.table.is_empty() {
                     params.table.record_refresh(s)?;
                 }

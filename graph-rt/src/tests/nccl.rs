@@ -87,6 +87,30 @@ fn nccl_one_rank_collectives_give_what_one_rank_would() {
     assert_eq!(received.read_on(&stream).unwrap(), ints);
 }
 
+/// A group's calls are parked (their buffers kept until the device is done) after the group's
+/// end with each stream's own context bound, whatever the calls left current: driving every
+/// rank of a process from one thread leaves the last rank's device current, and the event that
+/// marks rank 0's calls must be of rank 0's context. Here the group leaves no context current.
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
+fn nccl_a_group_parks_its_calls_in_their_streams_context_whatever_is_current() {
+    let ctx = ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let comm = one_rank(&ctx);
+    let x = DeviceBuffer::from_host(&ctx, &vec![1.5f32; N]).unwrap();
+    let mut y = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    group(|| {
+        comm.all_reduce(&x, &mut y, ReduceOp::Sum, &stream)?;
+        // SAFETY: only unbinds this thread's context; graph-rt binds before each of its calls.
+        let r = unsafe { graph_rt_sys::cuCtxSetCurrent(std::ptr::null_mut()) };
+        assert_eq!(r.ok(), Some(graph_rt_sys::CUresult::CUDA_SUCCESS));
+        Ok(())
+    })
+    .unwrap();
+    comm.synchronize(&stream, Duration::from_secs(30)).unwrap();
+    assert_eq!(y.read_on(&stream).unwrap(), vec![1.5f32; N]);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
 fn nccl_the_probe_a_captured_collective_is_kernel_nodes_whose_buffers_discovery_finds() {
@@ -429,7 +453,13 @@ pub(super) fn rank_of_two(ctx: Context, id: UniqueId, rank: usize, calls: usize)
     );
     p.bind(&x, &x0).unwrap();
     p.bind(&y, &y0).unwrap();
-    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+    // The other rank may be a thread of this process building its step at the same time: a
+    // global capture here would refuse its allocations (and its capture ours).
+    let options = StepOptions {
+        capture_mode: CaptureMode::ThreadLocal,
+        ..StepOptions::default()
+    };
+    let mut step = Step::new(&stream, p, options, |s| {
         let (xb, mut yb) = (s.buffer(&x)?, s.buffer(&y)?);
         s.nccl(&comm, |c| {
             c.all_reduce(&xb, &mut yb, ReduceOp::Sum, s.stream())

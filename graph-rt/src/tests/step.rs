@@ -494,3 +494,75 @@ fn a_recapturable_step_captures_again_when_its_work_changes() {
         .expect_err("recaptured without the option");
     assert_eq!(e.misuse_kind(), Some(&Misuse::NotRecapturable), "{e}");
 }
+
+/// `StepOptions::capture_mode`: a step captured thread-locally leaves another thread free to
+/// allocate and copy while it captures (ranks of one process build their steps at once); the
+/// same step captured globally (the default) refuses that thread's allocation.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_thread_local_step_capture_lets_other_threads_allocate_meanwhile() {
+    use crate::graph::CaptureMode;
+    use std::sync::atomic::{AtomicU8, Ordering};
+    use std::time::{Duration, Instant};
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    for mode in [CaptureMode::ThreadLocal, CaptureMode::Global] {
+        let mut bufs = buffers(&ctx, 2);
+        let input = fresh_input(&mut bufs[0]);
+        let (p, x, y) = xy(&ctx, &bufs);
+        let cfg = LaunchConfig::for_elements(N, 256);
+        // 0: not capturing yet; 1: the first capture runs; 2: the other thread allocated;
+        // 3: its allocation was refused.
+        let state = AtomicU8::new(0);
+        let step = std::thread::scope(|t| {
+            let other = t.spawn(|| {
+                while state.load(Ordering::Acquire) == 0 {
+                    std::thread::yield_now();
+                }
+                let r = DeviceBuffer::from_host(&ctx, &[7.0f32; 1024]);
+                state.store(if r.is_ok() { 2 } else { 3 }, Ordering::Release);
+                r.map(|b| b.to_vec())
+            });
+            let options = StepOptions {
+                capture_mode: mode,
+                ..StepOptions::default()
+            };
+            let step = Step::new(&stream, p, options, |s| {
+                let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+                // SAFETY: add1 over N floats of two distinct N-float buffers.
+                unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32))? };
+                if state.load(Ordering::Acquire) == 0 {
+                    state.store(1, Ordering::Release);
+                    let start = Instant::now();
+                    while state.load(Ordering::Acquire) == 1
+                        && start.elapsed() < Duration::from_secs(10)
+                    {
+                        std::thread::yield_now();
+                    }
+                }
+                Ok(())
+            });
+            let other = other.join().unwrap();
+            match mode {
+                CaptureMode::ThreadLocal => {
+                    assert_eq!(other.unwrap().unwrap(), vec![7.0f32; 1024]);
+                }
+                _ => assert!(
+                    other.is_err(),
+                    "a global capture let another thread allocate"
+                ),
+            }
+            step
+        });
+        let mut step = step.unwrap();
+        if mode == CaptureMode::ThreadLocal {
+            assert!(
+                matches!(step.mode(), StepMode::Graph { .. }),
+                "{:?}",
+                step.mode()
+            );
+        }
+        runs_add1(&mut step, &y, &input);
+    }
+}

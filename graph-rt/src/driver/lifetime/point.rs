@@ -147,16 +147,18 @@ impl Point {
 }
 
 /// A new event recorded at the current end of `stream`, or [`Point::Capturing`] while the
-/// stream captures (the record would become a node of the user's graph). The stream's context
-/// must be current.
+/// stream captures (the record would become a node of the user's graph). Makes the stream's
+/// context current first: the event must be of the stream's context, and a caller that drove
+/// several devices (an NCCL group of every rank) may have left another one current.
 pub(crate) fn point_after(stream: &Arc<StreamInner>) -> Result<Point> {
     let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     if stream.capture_status()? != none {
         return Ok(Point::Capturing(stream.clone()));
     }
+    stream.bind_context()?;
     let mut event = std::ptr::null_mut();
     let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
-    // SAFETY: valid out-pointer; the context is current.
+    // SAFETY: valid out-pointer; the stream's context is current (bound above).
     unsafe { cu!(cuEventCreate(&mut event, flags)) }?;
     let event = RawEvent(event);
     // SAFETY: a fresh event and a live stream of this context.
