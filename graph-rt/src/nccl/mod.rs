@@ -11,9 +11,11 @@
 //! environment, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`; when none has it, the folders
 //! the `python3` on the path names), then `libnccl.so.2` from the
 //! dynamic loader's path. NCCL 2.14 or later. When none loads, the error lists what was tried and
-//! why each failed. Loading sets `NCCL_NVLS_ENABLE=0` unless it is set: NVLink multicast maps a
-//! collective's buffers into a multicast object (`cuMulticastCreate`), which a rebinding of the
-//! captured kernels' pointers cannot follow.
+//! why each failed. Loading sets `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` unless they are
+//! set: NVLink multicast maps a collective's buffers into a multicast object
+//! (`cuMulticastCreate`), and a graph's registration of a captured collective's buffers has the
+//! peers read and write them directly; a rebinding of the captured kernels' pointers follows
+//! neither (a value other than 0 is kept, with a warning).
 //!
 //! Every communicator is non-blocking (`ncclConfig_t.blocking = 0`): graph-rt waits for each
 //! call with the communicator's deadline ([`CommOptions::timeout`]), so a rank that never joins

@@ -163,17 +163,30 @@ pub(crate) fn library() -> Result<&'static NcclLib> {
         return Ok(lib);
     }
     // NVLink multicast (NVLS) maps user buffers into a multicast object that a rebinding cannot
-    // follow, and needs `cuMulticastCreate`: off unless the caller has chosen otherwise.
-    if std::env::var_os("NCCL_NVLS_ENABLE").is_none() {
-        // NCCL reads it when it makes its first communicator, after this. (Another thread
-        // reading the environment at this moment would race with the write: the library is
-        // loaded by the first communicator, before any other NCCL use.)
-        std::env::set_var("NCCL_NVLS_ENABLE", "0");
-    } else if std::env::var_os("NCCL_NVLS_ENABLE").is_some_and(|v| v != "0") {
-        tracing::warn!(
-            "graph-rt: NCCL_NVLS_ENABLE is set and not 0: NVLink multicast maps the buffers of \
-             a collective into a multicast object, which rebinding cannot follow"
-        );
+    // follow, and needs `cuMulticastCreate`; a captured collective's buffers registered with the
+    // graph (NCCL_GRAPH_REGISTER, on by default, for buffers of a registrable allocator: the
+    // peers then read and write them directly) stay the captured ones whatever the rebinding
+    // writes. Both off unless the caller has chosen otherwise.
+    for (var, why) in [
+        (
+            "NCCL_NVLS_ENABLE",
+            "NVLink multicast maps the buffers of a collective into a multicast object",
+        ),
+        (
+            "NCCL_GRAPH_REGISTER",
+            "a captured collective's registered buffers are mapped by its peers",
+        ),
+    ] {
+        match std::env::var_os(var) {
+            // NCCL reads them when it makes its first communicator, after this. (Another thread
+            // reading the environment at this moment would race with the write: the library is
+            // loaded by the first communicator, before any other NCCL use.)
+            None => std::env::set_var(var, "0"),
+            Some(v) if v != "0" => tracing::warn!(
+                "graph-rt: {var} is set and not 0: {why}, which rebinding cannot follow"
+            ),
+            Some(_) => {}
+        }
     }
     let env = std::env::var_os(ENV_VAR).filter(|v| !v.is_empty());
     let mut roots = python_roots();
