@@ -26,7 +26,10 @@
 //!
 //! One rank a GPU: a second rank of one communicator on a device that holds one is refused
 //! ([`Misuse::RankPerGpu`]) in this process, and by NCCL across
-//! processes.
+//! processes. Ranks that are threads of one process and build their steps at the same time
+//! capture thread-locally ([`StepOptions::capture_mode`](crate::step::StepOptions::capture_mode)
+//! = [`CaptureMode::ThreadLocal`](crate::graph::CaptureMode::ThreadLocal)): a global capture in
+//! one thread refuses the other threads' allocations, and their collectives wait for each other.
 //!
 //! Ranks in other processes (one a GPU) share the [`UniqueId`] through a file
 //! ([`UniqueId::write_file`], [`UniqueId::read_file`]) or a Unix-domain socket that rank 0 serves
