@@ -113,8 +113,8 @@ pub enum KernelSource {
     /// The shipped cubin for this device's compute capability (`examples/decode/cubin/`, which
     /// build.rs embeds while it matches the PTX), else the PTX.
     Shipped,
-    /// The PTX, compiled by the driver (`--jit`): about 25 s on a machine's first run for the two
-    /// modules, then cached by the driver.
+    /// The PTX, compiled by the driver (`--jit`): about 30 s on a machine's first run for the two
+    /// modules (H100), then cached by the driver.
     Ptx,
 }
 

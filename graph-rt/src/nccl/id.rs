@@ -13,6 +13,36 @@ use crate::error::{Error, Misuse, Result};
 /// an error naming it, never 128 bytes of something else taken for an id.
 const GREETING: &[u8; 16] = b"graph-rt nccl 1\n";
 
+/// What [`UniqueId::receive`] sends first: only a connection that asks is served (and counted),
+/// so that a connection that only probes whether the socket is live takes no peer's place.
+const ASK: u8 = b'?';
+
+/// Writes all of `buf` to `s` with `MSG_NOSIGNAL`: a peer gone is an error (`EPIPE`), never a
+/// `SIGPIPE`, which ends a process that does not ignore it (a Python host's, say).
+fn send_all(s: &std::os::unix::net::UnixStream, mut buf: &[u8]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        // SAFETY: `s` holds the socket open; `buf` is `buf.len()` readable bytes.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        buf = &buf[n as usize..];
+    }
+    Ok(())
+}
+
 /// The id every rank of one communicator is made with (`ncclGetUniqueId`): made by one rank,
 /// handed to the others (in memory within a process; across processes through
 /// [`UniqueId::write_file`] and [`UniqueId::read_file`], or [`UniqueId::serve`] and
@@ -146,11 +176,17 @@ impl UniqueId {
             match listener.accept() {
                 Ok((mut peer, _)) => {
                     let left = deadline.saturating_duration_since(Instant::now());
+                    let wait = Some(left.clamp(Duration::from_millis(1), Duration::from_secs(5)));
                     peer.set_nonblocking(false).map_err(io)?;
-                    peer.set_write_timeout(Some(left.max(Duration::from_millis(1))))
-                        .map_err(io)?;
-                    // A peer that went away before reading is not served: it counts for nothing.
-                    if peer.write_all(&message).is_ok() {
+                    peer.set_read_timeout(wait).map_err(io)?;
+                    peer.set_write_timeout(wait).map_err(io)?;
+                    // Only a peer that asks is served; one that probed, or went away before
+                    // reading, counts for nothing.
+                    let mut ask = [0u8; 1];
+                    if peer.read_exact(&mut ask).is_ok()
+                        && ask[0] == ASK
+                        && send_all(&peer, &message).is_ok()
+                    {
                         served += 1;
                     }
                     pause = Duration::from_micros(100);
@@ -211,8 +247,10 @@ impl UniqueId {
             },
             _ => Error::invalid(CALL, format!("{}: {e}", path.display())),
         };
-        peer.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-            .map_err(io)?;
+        let wait = Some(left.max(Duration::from_millis(1)));
+        peer.set_read_timeout(wait).map_err(io)?;
+        peer.set_write_timeout(wait).map_err(io)?;
+        send_all(&peer, &[ASK]).map_err(io)?;
         let mut got = Vec::with_capacity(GREETING.len() + UNIQUE_ID_BYTES + 1);
         (&mut peer)
             .take((GREETING.len() + UNIQUE_ID_BYTES + 1) as u64)
@@ -290,6 +328,21 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_that_does_not_ask_takes_no_peers_place() {
+        let path = socket("probe");
+        let p = path.clone();
+        let peers = std::thread::spawn(move || {
+            while std::os::unix::net::UnixStream::connect(&p).is_err() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // That probe closed without asking; now the one peer.
+            UniqueId::receive(&p, LONG)
+        });
+        id(5).serve(&path, 1, LONG).unwrap();
+        assert_eq!(peers.join().unwrap().unwrap(), id(5));
+    }
+
+    #[test]
     fn receive_with_nobody_serving_times_out() {
         let path = socket("nobody");
         let start = Instant::now();
@@ -359,6 +412,9 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             let (mut s, _) = listener.accept().unwrap();
+            // Reads what the peer sends first (closing with it unread would reset the
+            // connection), then answers something that is not graph-rt's.
+            let _ = s.read(&mut [0u8; 8]);
             s.write_all(&[0xab; GREETING.len() + UNIQUE_ID_BYTES])
                 .unwrap();
         });
