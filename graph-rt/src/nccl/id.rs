@@ -1,7 +1,7 @@
 //! The unique id every rank of one communicator is made with, and how ranks of other processes
 //! get it: a file written whole, or a Unix-domain socket that one rank serves.
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -284,6 +284,7 @@ impl UniqueId {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use std::os::unix::net::UnixListener;
     use std::path::PathBuf;
 
