@@ -43,6 +43,45 @@ fn send_all(s: &std::os::unix::net::UnixStream, mut buf: &[u8]) -> std::io::Resu
     Ok(())
 }
 
+/// Waits for something another process does: pauses from 0.1 ms, doubling up to 20 ms, until
+/// `timeout` has passed since it was made.
+struct Poll {
+    call: &'static str,
+    timeout: Duration,
+    deadline: Instant,
+    pause: Duration,
+}
+
+impl Poll {
+    fn new(call: &'static str, timeout: Duration) -> Self {
+        Self {
+            call,
+            timeout,
+            deadline: Instant::now() + timeout,
+            pause: Duration::from_micros(100),
+        }
+    }
+
+    /// Pauses before the next try; past the deadline, [`Error::Timeout`] with `reason`.
+    fn pause(&mut self, reason: impl FnOnce() -> String) -> Result<()> {
+        if Instant::now() >= self.deadline {
+            return Err(Error::Timeout {
+                call: self.call,
+                after: self.timeout,
+                reason: reason(),
+            });
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(Duration::from_millis(20));
+        Ok(())
+    }
+
+    /// What is left of the timeout (zero past the deadline).
+    fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+}
+
 /// The id every rank of one communicator is made with (`ncclGetUniqueId`): made by one rank,
 /// handed to the others (in memory within a process; across processes through
 /// [`UniqueId::write_file`] and [`UniqueId::read_file`], or [`UniqueId::serve`] and
@@ -97,8 +136,7 @@ impl UniqueId {
     /// `timeout` for the file to appear ([`Error::Timeout`] then).
     pub fn read_file(path: &Path, timeout: Duration) -> Result<Self> {
         const CALL: &str = "UniqueId::read_file";
-        let start = Instant::now();
-        let mut pause = Duration::from_micros(100);
+        let mut poll = Poll::new(CALL, timeout);
         loop {
             match std::fs::read(path) {
                 Ok(bytes) => {
@@ -115,15 +153,7 @@ impl UniqueId {
                 Err(e) if e.kind() == ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::invalid(CALL, format!("{}: {e}", path.display()))),
             }
-            if start.elapsed() >= timeout {
-                return Err(Error::Timeout {
-                    call: CALL,
-                    after: timeout,
-                    reason: format!("no rank wrote {}", path.display()),
-                });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
+            poll.pause(|| format!("no rank wrote {}", path.display()))?;
         }
     }
 
@@ -169,14 +199,15 @@ impl UniqueId {
         let mut message = Vec::with_capacity(GREETING.len() + UNIQUE_ID_BYTES);
         message.extend_from_slice(GREETING);
         message.extend_from_slice(&self.0);
-        let deadline = Instant::now() + timeout;
+        let mut poll = Poll::new(CALL, timeout);
         let mut served = 0;
-        let mut pause = Duration::from_micros(100);
         while served < peers {
             match listener.accept() {
                 Ok((mut peer, _)) => {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    let wait = Some(left.clamp(Duration::from_millis(1), Duration::from_secs(5)));
+                    let wait = Some(
+                        poll.left()
+                            .clamp(Duration::from_millis(1), Duration::from_secs(5)),
+                    );
                     peer.set_nonblocking(false).map_err(io)?;
                     peer.set_read_timeout(wait).map_err(io)?;
                     peer.set_write_timeout(wait).map_err(io)?;
@@ -189,25 +220,19 @@ impl UniqueId {
                     {
                         served += 1;
                     }
-                    pause = Duration::from_micros(100);
+                    poll.pause = Duration::from_micros(100);
                     continue;
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(io(e)),
             }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    call: CALL,
-                    after: timeout,
-                    reason: format!(
-                        "{served} of {peers} ranks came for the id at {}",
-                        path.display()
-                    ),
-                });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
+            poll.pause(|| {
+                format!(
+                    "{served} of {peers} ranks came for the id at {}",
+                    path.display()
+                )
+            })?;
         }
         Ok(())
     }
@@ -218,8 +243,7 @@ impl UniqueId {
     pub fn receive(path: &Path, timeout: Duration) -> Result<Self> {
         use std::os::unix::net::UnixStream;
         const CALL: &str = "UniqueId::receive";
-        let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_micros(100);
+        let mut poll = Poll::new(CALL, timeout);
         let mut peer = loop {
             match UnixStream::connect(path) {
                 Ok(s) => break s,
@@ -228,17 +252,9 @@ impl UniqueId {
                     if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {}
                 Err(e) => return Err(Error::invalid(CALL, format!("{}: {e}", path.display()))),
             }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    call: CALL,
-                    after: timeout,
-                    reason: format!("no rank served {}", path.display()),
-                });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
+            poll.pause(|| format!("no rank served {}", path.display()))?;
         };
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = poll.left();
         let io = |e: std::io::Error| match e.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::Timeout {
                 call: CALL,
