@@ -59,7 +59,7 @@ fn decode_table_forms() {
             .unwrap_or_else(|e| panic!("the PTX pass refused {}: {e}", src.display()));
         std::fs::write(dir.join(format!("{name}_table.ptx")), &out.ptx)
             .unwrap_or_else(|e| panic!("writing {name}_table.ptx: {e}"));
-        made.push((format!("{name}_table"), out.ptx.clone()));
+        made.push((format!("{name}_table"), sha256_hex(out.ptx.as_bytes())));
         match &signatures {
             None => signatures = Some(out.kernels),
             Some(first) => assert_eq!(
@@ -108,19 +108,21 @@ fn decode_table_forms() {
     std::fs::write(dir.join("decode_table.rs"), rs).expect("writing decode_table.rs");
 }
 
+/// The SHA-256 of `bytes`, in lowercase hex (as `sha256sum` and the cubins' MANIFEST write it).
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The shipped cubins of the table forms (`examples/decode/cubin/`, made by
 /// `scripts/decode-cubins` with ptxas 12.4), as Rust: `CUBINS`, each embedded only while the
-/// MANIFEST's hash of the PTX it was made from is that of the PTX `made` here (and the file's own
-/// hash matches). A stale or damaged one is left out with a warning: the example then compiles
-/// the PTX, as on any other architecture; a stale cubin never runs.
+/// MANIFEST's hash of the PTX it was made from is the hash `made` here gives for its module (and
+/// the file's own hash matches). A stale or damaged one is left out with a warning: the example
+/// then compiles the PTX, as on any other architecture; a stale cubin never runs.
 fn decode_cubins(made: &[(String, String)]) -> String {
-    use sha2::{Digest, Sha256};
-    let hex = |bytes: &[u8]| -> String {
-        Sha256::digest(bytes)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    };
     let dir = Path::new("examples/decode/cubin");
     let manifest = dir.join("MANIFEST");
     println!("cargo:rerun-if-changed={}", manifest.display());
@@ -151,16 +153,16 @@ fn decode_cubins(made: &[(String, String)]) -> String {
             .strip_prefix("sm_")
             .and_then(|n| n.parse::<i32>().ok())
             .map(|n| (n / 10, n % 10));
-        let (Some((_, ptx)), Some(cc)) = (made.iter().find(|(m, _)| m == module), cc) else {
+        let (Some((_, ptx_made)), Some(cc)) = (made.iter().find(|(m, _)| m == module), cc) else {
             println!("cargo:warning=examples/decode/cubin/MANIFEST names {file} ({arch}), no module or architecture build.rs knows");
             continue;
         };
         let path = dir.join(file);
         println!("cargo:rerun-if-changed={}", path.display());
         let image = std::fs::read(&path).unwrap_or_default();
-        if hex(ptx.as_bytes()) != ptx_sha {
+        if ptx_made != ptx_sha {
             println!("cargo:warning={} was made from other PTX than build.rs makes now: left out, the decode example compiles the PTX (run scripts/decode-cubins)", path.display());
-        } else if hex(&image) != cubin_sha {
+        } else if sha256_hex(&image) != cubin_sha {
             println!("cargo:warning={} is missing or not the file its MANIFEST names: left out, the decode example compiles the PTX", path.display());
         } else {
             let abs = std::fs::canonicalize(&path).expect("the cubin's path");

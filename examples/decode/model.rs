@@ -166,17 +166,17 @@ impl Kernels {
             .iter()
             .find(|c| source == KernelSource::Shipped && c.module == name && c.arch == cc);
         let (module, form) = match cubin {
-            // SAFETY: the image is a whole cubin made by ptxas (scripts/decode-cubins), its bytes
-            // checked against the MANIFEST's hash by build.rs.
-            Some(c) => match unsafe { Module::from_cubin(ctx, c.image) } {
-                Ok(m) => (m, format!("cubin sm_{}{}", cc.0, cc.1)),
-                Err(e) => {
-                    return Err(e.with_hint(format!(
+            Some(c) => {
+                // SAFETY: the image is a whole cubin made by ptxas (scripts/decode-cubins), its
+                // bytes checked against the MANIFEST's hash by build.rs.
+                let m = unsafe { Module::from_cubin(ctx, c.image) }.map_err(|e| {
+                    e.with_hint(format!(
                         "loading the shipped cubin of {name} for sm_{}{}; --jit compiles the PTX instead",
                         cc.0, cc.1
-                    )))
-                }
-            },
+                    ))
+                })?;
+                (m, format!("cubin sm_{}{}", cc.0, cc.1))
+            }
             None => {
                 let ptx = if pdl { TABLE_PDL_PTX } else { TABLE_PTX };
                 (Module::from_ptx(ctx, ptx)?, "PTX".to_string())

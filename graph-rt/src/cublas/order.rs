@@ -102,8 +102,6 @@ pub(super) fn after_eager(stream: &Stream, allocations: Vec<Arc<Allocation>>) ->
         .into_iter()
         .map(|a| Box::new(a) as Parked)
         .collect();
-    let inner = stream.ctx_inner();
-    inner.bind()?;
     // A fence that cannot be recorded leaks the allocations: they stay valid for the GEMM.
-    inner.tracker.park(&stream.shared(), parked)
+    stream.ctx_inner().tracker.park(&stream.shared(), parked)
 }

@@ -287,19 +287,13 @@ impl ContextInner {
     /// `stream` so far has finished. Never blocks; an error is recorded (see
     /// [`ContextInner::record`]), and when the context cannot even be made current nothing
     /// can tell when that work ends, so `parked` is leaked rather than freed under the
-    /// device's feet (`park` leaks it itself when it fails).
+    /// device's feet (`park` leaks it when it fails, binding the stream's context included).
     pub(crate) fn park_from_drop(
         &self,
         stream: &Arc<super::stream::StreamInner>,
         parked: Vec<super::Parked>,
     ) {
-        let r = match self.bind() {
-            Ok(()) => self.tracker.park(stream, parked),
-            Err(e) => {
-                std::mem::forget(parked);
-                Err(e)
-            }
-        };
+        let r = self.tracker.park(stream, parked);
         self.record(r);
     }
 }

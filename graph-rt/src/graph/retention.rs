@@ -88,7 +88,7 @@ impl Retention {
         }
         self.lane.collect(true).for_each(drop);
         let inner = &self.ctx.inner;
-        match inner.bind().and_then(|()| point_after(stream)) {
+        match point_after(stream) {
             Ok(point) => {
                 self.lane.retire(point, old);
                 self.newest = Some(launch);

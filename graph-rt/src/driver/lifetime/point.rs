@@ -151,11 +151,11 @@ impl Point {
 /// context current first: the event must be of the stream's context, and a caller that drove
 /// several devices (an NCCL group of every rank) may have left another one current.
 pub(crate) fn point_after(stream: &Arc<StreamInner>) -> Result<Point> {
+    stream.bind_context()?;
     let none = graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     if stream.capture_status()? != none {
         return Ok(Point::Capturing(stream.clone()));
     }
-    stream.bind_context()?;
     let mut event = std::ptr::null_mut();
     let flags = CUevent_flags::CU_EVENT_DISABLE_TIMING.0;
     // SAFETY: valid out-pointer; the stream's context is current (bound above).
