@@ -532,7 +532,9 @@ fn a_thread_local_step_capture_lets_other_threads_allocate_meanwhile() {
                 let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
                 // SAFETY: add1 over N floats of two distinct N-float buffers.
                 unsafe { s.launch(&f, &cfg, (&xb, &yb, N as i32))? };
-                if state.load(Ordering::Acquire) == 0 {
+                // Step::new runs the closure eagerly before it captures: hold the other
+                // thread only while this run is captured.
+                if s.is_capturing() && state.load(Ordering::Acquire) == 0 {
                     state.store(1, Ordering::Release);
                     let start = Instant::now();
                     while state.load(Ordering::Acquire) == 1
