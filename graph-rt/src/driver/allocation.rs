@@ -6,6 +6,7 @@ use std::sync::Arc;
 use graph_rt_sys::CUdeviceptr;
 
 use super::call::cu;
+use super::capture_gate;
 use super::{Context, ContextInner, StreamInner};
 use crate::error::Result;
 
@@ -55,10 +56,13 @@ impl Allocation {
     /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
     /// what the unordered copies and fills do first, so that they never race with a kernel
     /// (and a stream-ordered allocation has been made on its stream).
+    /// Graph-rt's captures of the context on other threads end first (see `capture_gate`).
     pub(super) fn quiesce(&self) -> Result<()> {
         self.ctx.bind()?;
-        // SAFETY: the context is current.
-        unsafe { cu!(cuCtxSynchronize()) }
+        capture_gate::synchronize(self.ctx.raw() as usize, capture_gate::PATIENCE, || {
+            // SAFETY: the context is current.
+            unsafe { cu!(cuCtxSynchronize()) }
+        })
     }
 }
 
@@ -86,8 +90,10 @@ struct GuardAfterDevice(Arc<ContextInner>, Option<crate::resource::Resource>);
 impl Drop for GuardAfterDevice {
     fn drop(&mut self) {
         let r = self.0.bind().and_then(|_| {
-            // SAFETY: the context is current.
-            unsafe { cu!(cuCtxSynchronize()) }
+            capture_gate::synchronize(self.0.raw() as usize, capture_gate::PATIENCE, || {
+                // SAFETY: the context is current.
+                unsafe { cu!(cuCtxSynchronize()) }
+            })
         });
         self.0.record(r);
         drop(self.1.take());

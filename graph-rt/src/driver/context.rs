@@ -132,11 +132,24 @@ impl Context {
     /// Waits for all work of this context (`cuCtxSynchronize`), then releases on this thread
     /// everything drops parked before the call (see [`Context::poll`]). Not needed for the
     /// release itself, which the release thread does once the device is done.
+    ///
+    /// CUDA refuses a whole-context wait while any stream of the context captures, and the
+    /// refusal breaks that capture: so graph-rt's captures of this context on other threads end
+    /// first (after 30 s of waiting for them, [`Error::Timeout`](crate::Error::Timeout)), and
+    /// none begins meanwhile. So do the waits of [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec)
+    /// and the other copies and fills that wait for the whole context.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         let mark = self.inner.tracker.mark();
-        // SAFETY: the context is current.
-        unsafe { cu!(cuCtxSynchronize()) }?;
+        // A capture of graph-rt on another thread ends first: this would break it.
+        super::capture_gate::synchronize(
+            self.inner.raw as usize,
+            super::capture_gate::PATIENCE,
+            || {
+                // SAFETY: the context is current.
+                unsafe { cu!(cuCtxSynchronize()) }
+            },
+        )?;
         self.inner.tracker.synchronized(mark);
         Ok(())
     }

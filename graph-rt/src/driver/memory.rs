@@ -360,7 +360,8 @@ impl<T: Pod> DeviceBuffer<T> {
 
     /// Copies the buffer into `dst` (`cuMemcpyDtoH`); lengths must match. First waits for all
     /// work of the context (`cuCtxSynchronize`), on every stream, so the copy never reads what a
-    /// kernel has yet to write; that costs whatever the other streams still have to do.
+    /// kernel has yet to write; that costs whatever the other streams still have to do. Graph-rt's
+    /// captures of the context on other threads end first (see [`Context::synchronize`]).
     /// [`DeviceBuffer::copy_to_host_on`] waits for one stream only.
     pub fn copy_to_host(&self, dst: &mut [T]) -> Result<()> {
         same_len("DeviceBuffer::copy_to_host", self.len, dst.len())?;

@@ -6,6 +6,7 @@
 
 mod allocation;
 mod call;
+mod capture_gate;
 mod context;
 #[cfg(feature = "cudarc")]
 mod cudarc_tracking;
@@ -21,6 +22,7 @@ mod view;
 
 pub(crate) use allocation::Allocation;
 pub(crate) use call::{cu, cu_code, Returned};
+pub(crate) use capture_gate::{enter_capture, CaptureEntry, PATIENCE as GATE_PATIENCE};
 pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
 pub use device::{driver_version, graph_features, init, Device, Feature};

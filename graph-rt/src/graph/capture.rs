@@ -14,10 +14,10 @@ use parking_lot::RwLockReadGuard;
 
 use super::graph::{node_count, raw_nodes, Graph, Node};
 use super::identity::{CapturedNode, Creation};
-use crate::driver::capture_lock;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
+use crate::driver::{capture_lock, enter_capture, CaptureEntry, GATE_PATIENCE};
 use crate::driver::{cu, Event, EventFlags};
 use crate::error::{Error, Misuse, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
@@ -276,6 +276,9 @@ struct ActiveCapture<'s, 'g> {
     into: Option<&'g mut Graph>,
     ended: bool,
     succeeded: bool,
+    // Whole-context waits of graph-rt on other threads wait for the capture (dropped after
+    // `drop` has ended the capture).
+    _gate: CaptureEntry,
     // A global-mode capture keeps the release threads from freeing memory meanwhile (dropped
     // after `drop` has ended the capture).
     _no_release: Option<RwLockReadGuard<'static, ()>>,
@@ -285,6 +288,7 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
     fn new(
         stream: &'s Stream,
         into: Option<&'g mut Graph>,
+        gate: CaptureEntry,
         no_release: Option<RwLockReadGuard<'static, ()>>,
     ) -> Self {
         let scope = CaptureScope {
@@ -302,6 +306,7 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
             into,
             ended: false,
             succeeded: false,
+            _gate: gate,
             _no_release: no_release,
         }
     }
@@ -360,6 +365,12 @@ fn destroy(graph: CUgraph) {
 }
 
 impl Stream {
+    /// Records a capture of graph-rt about to begin in the stream's context, once no
+    /// whole-context wait of graph-rt is under way there (it would break the capture).
+    fn enter_gate(&self, call: &'static str) -> Result<CaptureEntry> {
+        enter_capture(self.context().as_raw() as usize, call, GATE_PATIENCE)
+    }
+
     /// Captures the work `record` queues into a new graph.
     ///
     /// An operation capture does not allow gives [`Error::Capture`] naming the call; the capture
@@ -403,10 +414,11 @@ impl Stream {
         #[cfg(feature = "cudarc")]
         let _tracking = self.pause_foreign_tracking();
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
+        let gate = self.enter_gate("cuStreamBeginCapture")?;
         // SAFETY: valid stream of the current context.
         unsafe { cu!(cuStreamBeginCapture(self.as_raw(), mode.raw())) }
             .map_err(Error::into_capture)?;
-        let mut active = ActiveCapture::new(self, None, no_release);
+        let mut active = ActiveCapture::new(self, None, gate, no_release);
         record(&active.scope).map_err(Error::into_capture)?;
         let raw = active.end()?;
         let keep = std::mem::take(active.scope.keep.get_mut());
@@ -444,6 +456,7 @@ impl Stream {
         let _guard = handle.lock("cuStreamBeginCaptureToGraph")?;
         let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
+        let gate = self.enter_gate("cuStreamBeginCaptureToGraph")?;
         // SAFETY: valid stream, graph and dependency list; no edge data.
         unsafe {
             cu!(cuStreamBeginCaptureToGraph(
@@ -457,7 +470,7 @@ impl Stream {
         }
         .map_err(Error::into_capture)?;
         let existing_key = graph.launch_key;
-        let mut active = ActiveCapture::new(self, Some(graph), no_release);
+        let mut active = ActiveCapture::new(self, Some(graph), gate, no_release);
         // A refresh recorded into a graph that already refreshes a table is refused.
         active.scope.launch_key.set(existing_key);
         record(&active.scope).map_err(Error::into_capture)?;

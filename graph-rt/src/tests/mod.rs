@@ -3,6 +3,7 @@
 
 mod args;
 mod calibrate;
+mod capture_threads;
 mod chain;
 mod cublas;
 mod cublas_shapes;
