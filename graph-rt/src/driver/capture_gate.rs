@@ -102,35 +102,43 @@ impl Drop for CaptureEntry {
     }
 }
 
+/// Waits, up to `patience`, until the other side no longer holds `ctx`'s gate (`busy`), then
+/// counts this side in (`enter`) under the same lock. Past the patience, how long it waited.
+fn pass(
+    ctx: usize,
+    patience: Duration,
+    busy: fn(&Gate) -> bool,
+    enter: fn(&mut Gate),
+) -> std::result::Result<(), Duration> {
+    let start = Instant::now();
+    let mut gates = GATES.lock();
+    while busy(gate(&mut gates, ctx)) {
+        if CHANGED.wait_until(&mut gates, start + patience).timed_out()
+            && busy(gate(&mut gates, ctx))
+        {
+            return Err(start.elapsed());
+        }
+    }
+    enter(gate(&mut gates, ctx));
+    Ok(())
+}
+
 /// Records a capture about to begin in context `ctx` (its raw handle), once no whole-context
 /// wait of graph-rt is under way there (up to `patience`; `call` names the capture's call in the
-/// timeout).
+/// timeout). A wait of this very thread cannot be under way: it would be in the driver.
 pub(crate) fn enter_capture(
     ctx: usize,
     call: &'static str,
     patience: Duration,
 ) -> Result<CaptureEntry> {
-    let start = Instant::now();
-    let mut gates = GATES.lock();
-    // A wait of this very thread cannot be under way: it would be in the driver, not here.
-    while gate(&mut gates, ctx).syncs > 0 {
-        if CHANGED.wait_until(&mut gates, start + patience).timed_out()
-            && gate(&mut gates, ctx).syncs > 0
-        {
-            drop(gates);
-            return Err(Error::Timeout {
-                call,
-                after: start.elapsed(),
-                reason:
-                    "a wait for the whole context (cuCtxSynchronize) on another thread did not \
-                         finish, and a capture cannot begin during it: a kernel of the context \
-                         does not end"
-                        .into(),
-            });
-        }
-    }
-    gate(&mut gates, ctx).captures += 1;
-    drop(gates);
+    pass(ctx, patience, |g| g.syncs > 0, |g| g.captures += 1).map_err(|after| Error::Timeout {
+        call,
+        after,
+        reason: "a wait for the whole context (cuCtxSynchronize) on another thread did not \
+                     finish, and a capture cannot begin during it: a kernel of the context does \
+                     not end"
+            .into(),
+    })?;
     let _ = CAPTURING.try_with(|c| c.borrow_mut().push(ctx));
     Ok(CaptureEntry {
         ctx,
@@ -159,27 +167,16 @@ pub(crate) fn synchronize(
     if this_thread_captures(ctx) {
         return sync();
     }
-    let start = Instant::now();
-    let mut gates = GATES.lock();
-    while gate(&mut gates, ctx).captures > 0 {
-        if CHANGED.wait_until(&mut gates, start + patience).timed_out()
-            && gate(&mut gates, ctx).captures > 0
-        {
-            drop(gates);
-            return Err(Error::Timeout {
-                call: "cuCtxSynchronize",
-                after: start.elapsed(),
-                reason: "a capture of this context by graph-rt on another thread did not end, and \
-                         waiting for the whole context would break it (CUDA refuses \
-                         cuCtxSynchronize while any stream of the context captures): make the \
-                         call after the capture, or copy in the order of a stream of your own \
-                         (DeviceBuffer::read_on, write_on)"
-                    .into(),
-            });
-        }
-    }
-    gate(&mut gates, ctx).syncs += 1;
-    drop(gates);
+    pass(ctx, patience, |g| g.captures > 0, |g| g.syncs += 1).map_err(|after| Error::Timeout {
+        call: "cuCtxSynchronize",
+        after,
+        reason: "a capture of this context by graph-rt on another thread did not end, and \
+                     waiting for the whole context would break it (CUDA refuses \
+                     cuCtxSynchronize while any stream of the context captures): make the call \
+                     after the capture, or copy in the order of a stream of your own \
+                     (DeviceBuffer::read_on, write_on)"
+            .into(),
+    })?;
     let _entry = SyncEntry(ctx);
     sync()
 }
@@ -260,9 +257,8 @@ mod tests {
         assert!(!this_thread_captures(ctx));
     }
 
-    #[test]
-    fn a_capture_that_does_not_end_times_the_wait_out_without_running_it() {
-        let ctx = 0x1004;
+    /// Runs `body` while another thread holds a capture of `ctx`.
+    fn while_another_thread_captures(ctx: usize, body: impl FnOnce()) {
         let (entered, go) = mpsc::channel();
         let (release, hold) = mpsc::channel::<()>();
         std::thread::scope(|t| {
@@ -272,12 +268,20 @@ mod tests {
                 let _ = hold.recv();
             });
             go.recv().unwrap();
+            body();
+            release.send(()).unwrap();
+        });
+    }
+
+    #[test]
+    fn a_capture_that_does_not_end_times_the_wait_out_without_running_it() {
+        let ctx = 0x1004;
+        while_another_thread_captures(ctx, || {
             let e = synchronize(ctx, SHORT, || panic!("ran during the capture")).unwrap_err();
             assert!(
                 matches!(e, Error::Timeout { call: "cuCtxSynchronize", after, .. } if after >= SHORT),
                 "{e}"
             );
-            release.send(()).unwrap();
         });
         synchronize(ctx, SHORT, || Ok(())).unwrap();
     }
@@ -322,17 +326,8 @@ mod tests {
     #[test]
     fn other_contexts_do_not_wait() {
         let (a, b) = (0x1006, 0x1007);
-        let (entered, go) = mpsc::channel();
-        let (release, hold) = mpsc::channel::<()>();
-        std::thread::scope(|t| {
-            t.spawn(move || {
-                let _entry = enter_capture(a, "test", SHORT).unwrap();
-                entered.send(()).unwrap();
-                let _ = hold.recv();
-            });
-            go.recv().unwrap();
+        while_another_thread_captures(a, || {
             synchronize(b, Duration::ZERO, || Ok(())).unwrap();
-            release.send(()).unwrap();
         });
     }
 
