@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::sys::{self, CublasLib, Handle};
-use crate::driver::{Context, ContextInner, StreamInner};
+use crate::driver::{whole_context_wait, Context, ContextInner, StreamInner};
 
 /// Whether the process made its first cuBLAS handle, and ran its first GEMM.
 pub(super) static FIRST_CREATE: AtomicBool = AtomicBool::new(false);
@@ -84,10 +84,14 @@ impl Drop for HandleToDestroy {
     fn drop(&mut self) {
         let inner = &self.ctx.inner;
         let r = inner.bind().and_then(|_| {
-            // SAFETY: the handle `Cublas::new` created, used by nothing any more; the work it
-            // queued has finished (the parked batch's fence) or is waited for by the call.
-            sys::check_status("cublasDestroy_v2", unsafe {
-                (self.lib.destroy)(self.handle)
+            // cublasDestroy waits for the whole device, which breaks a capture of the context
+            // on another thread: graph-rt's end first (past the patience, the handle leaks).
+            whole_context_wait(inner.raw() as usize, || {
+                // SAFETY: the handle `Cublas::new` created, used by nothing any more; the work
+                // it queued has finished (the parked batch's fence) or is waited for by the call.
+                sys::check_status("cublasDestroy_v2", unsafe {
+                    (self.lib.destroy)(self.handle)
+                })
             })
         });
         if r.is_ok() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use graph_rt_sys::CUdeviceptr;
 
 use super::call::cu;
-use super::capture_gate;
+use super::capture_gate::whole_context_wait;
 use super::{Context, ContextInner, StreamInner};
 use crate::error::Result;
 
@@ -53,15 +53,17 @@ impl Allocation {
         }
     }
 
-    /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream:
-    /// what the unordered copies and fills do first, so that they never race with a kernel
-    /// (and a stream-ordered allocation has been made on its stream).
-    /// Graph-rt's captures of the context on other threads end first (see `capture_gate`).
-    pub(super) fn quiesce(&self) -> Result<()> {
+    /// Waits for all work of the allocation's context (`cuCtxSynchronize`), on every stream,
+    /// then runs `then`: what the unordered copies and fills do, so that they never race with a
+    /// kernel (and a stream-ordered allocation has been made on its stream). Graph-rt's captures
+    /// of the context on other threads end first, and none begins before `then` has returned
+    /// (see `capture_gate`): `then` may wait for the legacy stream, as they do.
+    pub(super) fn quiesced<R>(&self, then: impl FnOnce() -> Result<R>) -> Result<R> {
         self.ctx.bind()?;
-        capture_gate::synchronize(self.ctx.raw() as usize, capture_gate::PATIENCE, || {
+        whole_context_wait(self.ctx.raw() as usize, || {
             // SAFETY: the context is current.
-            unsafe { cu!(cuCtxSynchronize()) }
+            unsafe { cu!(cuCtxSynchronize()) }?;
+            then()
         })
     }
 }
@@ -88,15 +90,20 @@ impl Drop for DeviceMemory {
 struct GuardAfterDevice(Arc<ContextInner>, Option<crate::resource::Resource>);
 
 impl Drop for GuardAfterDevice {
+    /// Where the wait fails (or gives up on a capture that does not end), the guard is leaked:
+    /// its owner would free memory the device may still use.
     fn drop(&mut self) {
         let r = self.0.bind().and_then(|_| {
-            capture_gate::synchronize(self.0.raw() as usize, capture_gate::PATIENCE, || {
+            whole_context_wait(self.0.raw() as usize, || {
                 // SAFETY: the context is current.
                 unsafe { cu!(cuCtxSynchronize()) }
             })
         });
+        let guard = self.1.take();
+        if r.is_err() {
+            std::mem::forget(guard);
+        }
         self.0.record(r);
-        drop(self.1.take());
     }
 }
 

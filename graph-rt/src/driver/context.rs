@@ -133,23 +133,21 @@ impl Context {
     /// everything drops parked before the call (see [`Context::poll`]). Not needed for the
     /// release itself, which the release thread does once the device is done.
     ///
-    /// CUDA refuses a whole-context wait while any stream of the context captures, and the
-    /// refusal breaks that capture: so graph-rt's captures of this context on other threads end
-    /// first (after 30 s of waiting for them, [`Error::Timeout`](crate::Error::Timeout)), and
-    /// none begins meanwhile. So do the waits of [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec)
+    /// CUDA refuses a whole-context wait while any stream of the context captures (and, during
+    /// a global-mode capture, in any context), and the refusal breaks that capture: so graph-rt's
+    /// captures of this context, and its global-mode captures of any context, on other threads
+    /// end first (after 30 s of waiting for them, [`Error::Timeout`](crate::Error::Timeout)), and
+    /// none begins in this context meanwhile. On a thread that captures itself, the driver
+    /// refuses the call at once. So do the waits of [`DeviceBuffer::to_vec`](crate::DeviceBuffer::to_vec)
     /// and the other copies and fills that wait for the whole context.
     pub fn synchronize(&self) -> Result<()> {
         self.bind()?;
         let mark = self.inner.tracker.mark();
-        // A capture of graph-rt on another thread ends first: this would break it.
-        super::capture_gate::synchronize(
-            self.inner.raw as usize,
-            super::capture_gate::PATIENCE,
-            || {
-                // SAFETY: the context is current.
-                unsafe { cu!(cuCtxSynchronize()) }
-            },
-        )?;
+        // graph-rt's captures of the context on other threads end first: this would break them.
+        super::whole_context_wait(self.inner.raw as usize, || {
+            // SAFETY: the context is current.
+            unsafe { cu!(cuCtxSynchronize()) }
+        })?;
         self.inner.tracker.synchronized(mark);
         Ok(())
     }

@@ -42,7 +42,9 @@
 //! for a point: it waits first, then takes the lock for what is ready), and graph-rt's captures
 //! in global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt
 //! did not start (another library's) is not seen: start those in thread-local mode, or call
-//! `Context::synchronize` first.
+//! `Context::synchronize` first. A release that waits for the whole context (a foreign owner's
+//! guard, a cuBLAS handle) passes `capture_gate` too, which lets graph-rt's captures of the
+//! context in any mode end first; nothing is released in place on a thread that captures.
 //!
 //! Files: this one (the tracker), `lane.rs` (an owner's own retirements), `point.rs` (what a
 //! batch waits for), `lock.rs` (the capture lock),
@@ -65,6 +67,7 @@ use std::time::{Duration, Instant};
 use graph_rt_sys::CUcontext;
 use parking_lot::{Condvar, Mutex};
 
+pub(crate) use self::exit::{exiting, CAPTURE_PATIENCE as EXIT_CAPTURE_PATIENCE};
 pub(crate) use self::lane::Lane;
 pub(crate) use self::lock::capture_lock;
 use self::lock::{capturing, releasing, Blocked, Exclusive};
@@ -193,7 +196,9 @@ impl Tracker {
         let state = self.shared.state.lock();
         let queued = state.running || state.closed;
         drop(state);
-        if !queued {
+        // Not in place on a thread that captures: what it releases may wait for the whole
+        // context, which that thread's capture forbids.
+        if !queued && !super::capture_gate::this_thread_captures() {
             if let Ok(_no_capture) = Exclusive::take_after_releases(Duration::ZERO, None) {
                 return release_guarded(parked);
             }

@@ -346,16 +346,17 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.quiesce()?;
-        // SAFETY: both sides hold num_bytes bytes; the context is current.
-        unsafe {
-            cu!(cuMemcpyHtoD(
-                self.ptr,
-                src.as_ptr().cast(),
-                self.num_bytes()
-            ))
-        }?;
-        settle()
+        self.alloc.quiesced(|| {
+            // SAFETY: both sides hold num_bytes bytes; the context is current.
+            unsafe {
+                cu!(cuMemcpyHtoD(
+                    self.ptr,
+                    src.as_ptr().cast(),
+                    self.num_bytes()
+                ))
+            }?;
+            settle()
+        })
     }
 
     /// Copies the buffer into `dst` (`cuMemcpyDtoH`); lengths must match. First waits for all
@@ -368,15 +369,16 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.quiesce()?;
-        // SAFETY: both sides hold num_bytes bytes; T: Pod accepts any bytes.
-        unsafe {
-            cu!(cuMemcpyDtoH(
-                dst.as_mut_ptr().cast(),
-                self.ptr,
-                self.num_bytes()
-            ))
-        }
+        self.alloc.quiesced(|| {
+            // SAFETY: both sides hold num_bytes bytes; T: Pod accepts any bytes.
+            unsafe {
+                cu!(cuMemcpyDtoH(
+                    dst.as_mut_ptr().cast(),
+                    self.ptr,
+                    self.num_bytes()
+                ))
+            }
+        })
     }
 
     /// Copies the buffer into a new `Vec`, after all work of the context (see
@@ -429,13 +431,18 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        if !Arc::ptr_eq(&self.alloc.ctx, &src.alloc.ctx) {
-            src.alloc.quiesce()?;
+        let copy = || {
+            self.alloc.quiesced(|| {
+                // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
+                unsafe { cu!(cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())) }?;
+                settle()
+            })
+        };
+        if Arc::ptr_eq(&self.alloc.ctx, &src.alloc.ctx) {
+            copy()
+        } else {
+            src.alloc.quiesced(copy)
         }
-        self.alloc.quiesce()?;
-        // SAFETY: both allocations hold num_bytes bytes; `&mut self` excludes overlap.
-        unsafe { cu!(cuMemcpyDtoD(self.ptr, src.ptr, self.num_bytes())) }?;
-        settle()
     }
 
     /// Sets every byte to zero (`cuMemsetD8`).
@@ -449,10 +456,11 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.quiesce()?;
-        // SAFETY: the allocation holds num_bytes bytes.
-        unsafe { cu!(cuMemsetD8(self.ptr, value, self.num_bytes())) }?;
-        settle()
+        self.alloc.quiesced(|| {
+            // SAFETY: the allocation holds num_bytes bytes.
+            unsafe { cu!(cuMemsetD8(self.ptr, value, self.num_bytes())) }?;
+            settle()
+        })
     }
 
     /// Sets every 32-bit word to `value` (`cuMemsetD32`), after all work of the context, and
@@ -472,10 +480,11 @@ impl<T: Pod> DeviceBuffer<T> {
         if self.len == 0 {
             return Ok(());
         }
-        self.alloc.quiesce()?;
-        // SAFETY: the allocation holds num_bytes / 4 words.
-        unsafe { cu!(cuMemsetD32(self.ptr, value, self.num_bytes() / 4)) }?;
-        settle()
+        self.alloc.quiesced(|| {
+            // SAFETY: the allocation holds num_bytes / 4 words.
+            unsafe { cu!(cuMemsetD32(self.ptr, value, self.num_bytes() / 4)) }?;
+            settle()
+        })
     }
 
     /// Queues a zero fill on `stream` (`cuMemsetD8Async`). Inside a capture, use

@@ -22,7 +22,9 @@ mod view;
 
 pub(crate) use allocation::Allocation;
 pub(crate) use call::{cu, cu_code, Returned};
-pub(crate) use capture_gate::{enter_capture, CaptureEntry, PATIENCE as GATE_PATIENCE};
+pub(crate) use capture_gate::{
+    enter_capture, patience as gate_patience, whole_context_wait, CaptureEntry, Reach,
+};
 pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
 pub use device::{driver_version, graph_features, init, Device, Feature};

@@ -17,7 +17,7 @@ use super::identity::{CapturedNode, Creation};
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
-use crate::driver::{capture_lock, enter_capture, CaptureEntry, GATE_PATIENCE};
+use crate::driver::{capture_lock, enter_capture, gate_patience, CaptureEntry, Reach};
 use crate::driver::{cu, Event, EventFlags};
 use crate::error::{Error, Misuse, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
@@ -272,13 +272,14 @@ impl crate::launch::Launcher for CaptureScope<'_> {
 /// Capturing into a new graph, it destroys the partial graph; capturing into a caller's graph,
 /// whose nodes stay, it hands the graph what those nodes use.
 struct ActiveCapture<'s, 'g> {
+    // Whole-context waits of graph-rt on other threads wait for the capture (dropped after
+    // `drop` has ended the capture, and before what the scope keeps, whose release may wait
+    // for the whole context, which this thread's capture would forbid).
+    _gate: CaptureEntry,
     scope: CaptureScope<'s>,
     into: Option<&'g mut Graph>,
     ended: bool,
     succeeded: bool,
-    // Whole-context waits of graph-rt on other threads wait for the capture (dropped after
-    // `drop` has ended the capture).
-    _gate: CaptureEntry,
     // A global-mode capture keeps the release threads from freeing memory meanwhile (dropped
     // after `drop` has ended the capture).
     _no_release: Option<RwLockReadGuard<'static, ()>>,
@@ -367,8 +368,18 @@ fn destroy(graph: CUgraph) {
 impl Stream {
     /// Records a capture of graph-rt about to begin in the stream's context, once no
     /// whole-context wait of graph-rt is under way there (it would break the capture).
-    fn enter_gate(&self, call: &'static str) -> Result<CaptureEntry> {
-        enter_capture(self.context().as_raw() as usize, call, GATE_PATIENCE)
+    fn enter_gate(&self, mode: CaptureMode, call: &'static str) -> Result<CaptureEntry> {
+        let reach = match mode {
+            CaptureMode::Global => Reach::Global,
+            CaptureMode::ThreadLocal => Reach::ThreadLocal,
+            CaptureMode::Relaxed => Reach::Relaxed,
+        };
+        enter_capture(
+            self.context().as_raw() as usize,
+            reach,
+            call,
+            gate_patience(),
+        )
     }
 
     /// Captures the work `record` queues into a new graph.
@@ -414,7 +425,7 @@ impl Stream {
         #[cfg(feature = "cudarc")]
         let _tracking = self.pause_foreign_tracking();
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
-        let gate = self.enter_gate("cuStreamBeginCapture")?;
+        let gate = self.enter_gate(mode, "cuStreamBeginCapture")?;
         // SAFETY: valid stream of the current context.
         unsafe { cu!(cuStreamBeginCapture(self.as_raw(), mode.raw())) }
             .map_err(Error::into_capture)?;
@@ -456,7 +467,7 @@ impl Stream {
         let _guard = handle.lock("cuStreamBeginCaptureToGraph")?;
         let deps = raw_nodes(after, handle.id, "cuStreamBeginCaptureToGraph")?;
         let no_release = (mode == CaptureMode::Global).then(capture_lock);
-        let gate = self.enter_gate("cuStreamBeginCaptureToGraph")?;
+        let gate = self.enter_gate(mode, "cuStreamBeginCaptureToGraph")?;
         // SAFETY: valid stream, graph and dependency list; no edge data.
         unsafe {
             cu!(cuStreamBeginCaptureToGraph(

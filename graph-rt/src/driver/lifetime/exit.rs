@@ -61,7 +61,7 @@ static UNJOINED: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 /// releasing and stop.
 const THREAD_PATIENCE: Duration = Duration::from_secs(10);
 /// How long the releasing waits for graph-rt's global-mode captures to end.
-pub(super) const CAPTURE_PATIENCE: Duration = Duration::from_millis(200);
+pub(crate) const CAPTURE_PATIENCE: Duration = Duration::from_millis(200);
 /// How long it waits for the device to finish with what is parked (a launch that never ends
 /// must not hang the exit: what it uses is leaked).
 const DEVICE_PATIENCE: Duration = Duration::from_secs(30);
@@ -168,6 +168,11 @@ pub(super) fn loaded_objects() -> Option<u64> {
 #[cfg(not(target_os = "linux"))]
 pub(super) fn loaded_objects() -> Option<u64> {
     None
+}
+
+/// Whether the exit hook has begun (the process is exiting): waits shorten to its patience.
+pub(crate) fn exiting() -> bool {
+    RAN.load(Ordering::Acquire)
 }
 
 /// The loader's count when the hook was last registered (for tests).
