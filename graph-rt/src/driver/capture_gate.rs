@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
+use super::CaptureMode;
 use crate::error::{Error, Result};
 
 /// How long a whole-context wait, or a capture's start, waits for the other side before it
@@ -151,27 +152,16 @@ fn pass(
     Ok(())
 }
 
-/// The capture modes, as far as the gate tells them apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reach {
-    /// Global mode: forbids whole-context waits in every context, its own thread's included.
-    Global,
-    /// Thread-local mode: forbids its own thread's.
-    ThreadLocal,
-    /// Relaxed mode: forbids none but those of its context (CUDA refuses those in every mode).
-    Relaxed,
-}
-
 /// Records a capture about to begin in context `ctx` (its raw handle), once no whole-context
 /// wait of graph-rt is under way there (up to `patience`; `call` names the capture's call in the
 /// timeout). A wait of this very thread cannot be under way: it would be in the driver.
 pub(crate) fn enter_capture(
     ctx: usize,
-    reach: Reach,
+    mode: CaptureMode,
     call: &'static str,
     patience: Duration,
 ) -> Result<CaptureEntry> {
-    let global = reach == Reach::Global;
+    let global = mode == CaptureMode::Global;
     pass(
         patience,
         |g| gate(g, ctx).syncs > 0,
@@ -190,7 +180,7 @@ pub(crate) fn enter_capture(
                  end"
         .into(),
     })?;
-    let _ = CAPTURING.try_with(|c| c.borrow_mut().push((ctx, reach == Reach::Relaxed)));
+    let _ = CAPTURING.try_with(|c| c.borrow_mut().push((ctx, mode == CaptureMode::Relaxed)));
     Ok(CaptureEntry {
         ctx,
         global,
@@ -266,7 +256,7 @@ mod tests {
         let (entered, go) = mpsc::channel();
         std::thread::scope(|t| {
             t.spawn(|| {
-                let entry = enter_capture(ctx, Reach::ThreadLocal, "test", SHORT).unwrap();
+                let entry = enter_capture(ctx, CaptureMode::ThreadLocal, "test", SHORT).unwrap();
                 entered.send(()).unwrap();
                 std::thread::sleep(Duration::from_millis(50));
                 ended.store(true, Ordering::SeqCst);
@@ -301,7 +291,7 @@ mod tests {
                 .unwrap();
             });
             go.recv().unwrap();
-            let _entry = enter_capture(ctx, Reach::ThreadLocal, "test", LONG).unwrap();
+            let _entry = enter_capture(ctx, CaptureMode::ThreadLocal, "test", LONG).unwrap();
             assert!(done.load(Ordering::SeqCst), "began during the wait");
         });
     }
@@ -309,8 +299,8 @@ mod tests {
     #[test]
     fn a_wait_on_the_capturing_thread_goes_to_the_driver_at_once() {
         let ctx = 0x1003;
-        let outer = enter_capture(ctx, Reach::ThreadLocal, "test", SHORT).unwrap();
-        let inner = enter_capture(ctx, Reach::ThreadLocal, "test", SHORT).unwrap();
+        let outer = enter_capture(ctx, CaptureMode::ThreadLocal, "test", SHORT).unwrap();
+        let inner = enter_capture(ctx, CaptureMode::ThreadLocal, "test", SHORT).unwrap();
         let mut ran = false;
         synchronize(ctx, SHORT, || {
             ran = true;
@@ -326,12 +316,12 @@ mod tests {
     }
 
     /// Runs `body` while another thread holds a capture of `ctx`.
-    fn while_another_thread_captures(ctx: usize, reach: Reach, body: impl FnOnce()) {
+    fn while_another_thread_captures(ctx: usize, mode: CaptureMode, body: impl FnOnce()) {
         let (entered, go) = mpsc::channel();
         let (release, hold) = mpsc::channel::<()>();
         std::thread::scope(|t| {
             t.spawn(move || {
-                let _entry = enter_capture(ctx, reach, "test", SHORT).unwrap();
+                let _entry = enter_capture(ctx, mode, "test", SHORT).unwrap();
                 entered.send(()).unwrap();
                 let _ = hold.recv();
             });
@@ -344,7 +334,7 @@ mod tests {
     #[test]
     fn a_capture_that_does_not_end_times_the_wait_out_without_running_it() {
         let ctx = 0x1004;
-        while_another_thread_captures(ctx, Reach::ThreadLocal, || {
+        while_another_thread_captures(ctx, CaptureMode::ThreadLocal, || {
             let e = synchronize(ctx, SHORT, || -> Result<()> {
                 panic!("ran during the capture")
             })
@@ -372,7 +362,7 @@ mod tests {
                 .unwrap();
             });
             go.recv().unwrap();
-            let e = enter_capture(ctx, Reach::ThreadLocal, "cuStreamBeginCapture", SHORT)
+            let e = enter_capture(ctx, CaptureMode::ThreadLocal, "cuStreamBeginCapture", SHORT)
                 .err()
                 .unwrap();
             assert!(
@@ -397,12 +387,12 @@ mod tests {
     #[test]
     fn other_contexts_do_not_wait_unless_the_capture_is_global_mode() {
         let (a, b) = (0x1006, 0x1007);
-        for reach in [Reach::ThreadLocal, Reach::Relaxed] {
-            while_another_thread_captures(a, reach, || {
+        for mode in [CaptureMode::ThreadLocal, CaptureMode::Relaxed] {
+            while_another_thread_captures(a, mode, || {
                 synchronize(b, Duration::ZERO, || Ok(())).unwrap();
             });
         }
-        while_another_thread_captures(a, Reach::Global, || {
+        while_another_thread_captures(a, CaptureMode::Global, || {
             let e = synchronize(b, SHORT, || -> Result<()> {
                 panic!("ran during a global capture")
             })
@@ -416,13 +406,13 @@ mod tests {
     #[test]
     fn a_relaxed_capture_waits_for_other_contexts_others_go_to_the_driver() {
         let (a, b) = (0x1009, 0x100a);
-        let relaxed = enter_capture(a, Reach::Relaxed, "test", SHORT).unwrap();
+        let relaxed = enter_capture(a, CaptureMode::Relaxed, "test", SHORT).unwrap();
         // Its own context: at once (the driver refuses it).
         synchronize(a, Duration::ZERO, || Ok(())).unwrap();
         // Another context: through the gate, which is open.
         synchronize(b, Duration::ZERO, || Ok(())).unwrap();
         drop(relaxed);
-        let local = enter_capture(a, Reach::ThreadLocal, "test", SHORT).unwrap();
+        let local = enter_capture(a, CaptureMode::ThreadLocal, "test", SHORT).unwrap();
         let mut ran = false;
         synchronize(b, Duration::ZERO, || {
             ran = true;
@@ -441,6 +431,6 @@ mod tests {
             synchronize(ctx, SHORT, || -> Result<()> { panic!("in the wait") })
         });
         assert!(r.is_err());
-        let _entry = enter_capture(ctx, Reach::ThreadLocal, "test", Duration::ZERO).unwrap();
+        let _entry = enter_capture(ctx, CaptureMode::ThreadLocal, "test", Duration::ZERO).unwrap();
     }
 }

@@ -23,7 +23,7 @@ mod view;
 pub(crate) use allocation::Allocation;
 pub(crate) use call::{cu, cu_code, Returned};
 pub(crate) use capture_gate::{
-    enter_capture, patience as gate_patience, whole_context_wait, CaptureEntry, Reach,
+    enter_capture, patience as gate_patience, whole_context_wait, CaptureEntry,
 };
 pub(crate) use context::ContextInner;
 pub use context::{current_raw, Context};
@@ -36,5 +36,5 @@ pub(crate) use module::{kernel_name, param_layout_of};
 pub use module::{Function, Module, ParamInfo};
 pub use pinned::PinnedHostBuffer;
 pub(crate) use stream::StreamInner;
-pub use stream::{CaptureStatus, Stream, StreamFlags};
+pub use stream::{CaptureMode, CaptureStatus, Stream, StreamFlags};
 pub use view::DeviceView;

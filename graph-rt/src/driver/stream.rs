@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use graph_rt_sys::{CUcontext, CUstream, CUstream_flags};
+use graph_rt_sys::{CUcontext, CUstream, CUstreamCaptureMode, CUstream_flags};
 
 use super::call::{cu, cu_code};
 use super::Event;
@@ -18,6 +18,32 @@ pub enum StreamFlags {
     NonBlocking,
     /// Synchronizes with the legacy default stream (`CU_STREAM_DEFAULT`).
     Blocking,
+}
+
+/// Which CUDA calls from other threads may interrupt a capture (`CUstreamCaptureMode`). In
+/// every mode a wait for the whole context (`cuCtxSynchronize`) is refused in every thread and
+/// breaks the capture: graph-rt's own such waits (`Context::synchronize`, `DeviceBuffer::to_vec`,
+/// …) wait for graph-rt's captures to end instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CaptureMode {
+    /// Potentially unsafe calls (plain allocations, synchronous copies, …) are refused in every
+    /// thread while the capture is active.
+    #[default]
+    Global,
+    /// Only in this thread.
+    ThreadLocal,
+    /// Nowhere: the caller takes responsibility.
+    Relaxed,
+}
+
+impl CaptureMode {
+    pub(crate) fn raw(self) -> CUstreamCaptureMode {
+        match self {
+            CaptureMode::Global => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+            CaptureMode::ThreadLocal => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+        }
+    }
 }
 
 /// Whether a stream is capturing (`cuStreamIsCapturing`).

@@ -9,42 +9,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
-use graph_rt_sys::{CUgraph, CUgraphNode, CUstreamCaptureMode};
+use graph_rt_sys::{CUgraph, CUgraphNode};
 use parking_lot::RwLockReadGuard;
 
 use super::graph::{node_count, raw_nodes, Graph, Node};
 use super::identity::{CapturedNode, Creation};
+pub use crate::driver::CaptureMode;
 use crate::driver::DeviceBuffer;
 use crate::driver::Function;
 use crate::driver::Stream;
-use crate::driver::{capture_lock, enter_capture, gate_patience, CaptureEntry, Reach};
+use crate::driver::{capture_lock, enter_capture, gate_patience, CaptureEntry};
 use crate::driver::{cu, Event, EventFlags};
 use crate::error::{Error, Misuse, Result};
 use crate::launch::{KernelArgs, LaunchConfig};
 use crate::resource::Resource;
-
-/// Which CUDA calls from other threads may interrupt a capture (`CUstreamCaptureMode`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CaptureMode {
-    /// Potentially unsafe calls (plain allocations, synchronous copies, …) are refused in every
-    /// thread while the capture is active.
-    #[default]
-    Global,
-    /// Only in this thread.
-    ThreadLocal,
-    /// Nowhere: the caller takes responsibility.
-    Relaxed,
-}
-
-impl CaptureMode {
-    fn raw(self) -> CUstreamCaptureMode {
-        match self {
-            CaptureMode::Global => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
-            CaptureMode::ThreadLocal => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
-            CaptureMode::Relaxed => CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
-        }
-    }
-}
 
 /// The operations that can be recorded while a stream captures. Given to the closure of
 /// [`Stream::capture`]; it has no way to allocate or synchronize.
@@ -369,14 +347,9 @@ impl Stream {
     /// Records a capture of graph-rt about to begin in the stream's context, once no
     /// whole-context wait of graph-rt is under way there (it would break the capture).
     fn enter_gate(&self, mode: CaptureMode, call: &'static str) -> Result<CaptureEntry> {
-        let reach = match mode {
-            CaptureMode::Global => Reach::Global,
-            CaptureMode::ThreadLocal => Reach::ThreadLocal,
-            CaptureMode::Relaxed => Reach::Relaxed,
-        };
         enter_capture(
             self.context().as_raw() as usize,
-            reach,
+            mode,
             call,
             gate_patience(),
         )
