@@ -112,7 +112,13 @@ fn setup(c: &DecodeConfig, rows: usize, source: KernelSource) -> graph_rt::Resul
         _ => "PTX",
     };
     for k in std::iter::once(&m.k).chain(&m.k_pdl) {
-        assert_eq!(k.form, want, "the kernels' form on sm_{}{}", cc.0, cc.1);
+        assert_eq!(
+            k.form.to_string(),
+            want,
+            "the kernels' form on sm_{}{}",
+            cc.0,
+            cc.1
+        );
     }
     let batch = std::cell::RefCell::new(Batch::new(&ctx, c, rows)?);
     let mut sp = StepParams::new(&ctx, 8)?;

@@ -118,10 +118,28 @@ pub enum KernelSource {
     Ptx,
 }
 
+/// What a module was loaded from; shown as `cubin sm_XY` or `PTX`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// The shipped cubin for this compute capability.
+    Cubin(i32, i32),
+    /// The PTX, compiled by the driver.
+    Ptx,
+}
+
+impl std::fmt::Display for Form {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Form::Cubin(major, minor) => write!(f, "cubin sm_{major}{minor}"),
+            Form::Ptx => f.write_str("PTX"),
+        }
+    }
+}
+
 /// The example's kernels: table forms where a parameter changes between calls, plain elsewhere.
 pub struct Kernels {
-    /// What the module was loaded from: `cubin sm_XY` or `PTX`.
-    pub form: String,
+    /// What the module was loaded from.
+    pub form: Form,
     /// Each kernel starts with PDL's trigger and wait: every launch but the first after the
     /// table's refresh is made programmatic.
     pdl: bool,
@@ -175,11 +193,11 @@ impl Kernels {
                         cc.0, cc.1
                     ))
                 })?;
-                (m, format!("cubin sm_{}{}", cc.0, cc.1))
+                (m, Form::Cubin(cc.0, cc.1))
             }
             None => {
                 let ptx = if pdl { TABLE_PDL_PTX } else { TABLE_PTX };
-                (Module::from_ptx(ctx, ptx)?, "PTX".to_string())
+                (Module::from_ptx(ctx, ptx)?, Form::Ptx)
             }
         };
         let sigs = table::signatures();

@@ -11,7 +11,7 @@ use graph_rt::timing::quantiles;
 use graph_rt::{Context, DeviceBuffer, Event, EventFlags, LaunchConfig, Stream};
 use serde_json::{json, Value};
 
-use crate::model::{fail, token, Batch, Gemms, KernelSource, Model, Params, Variant};
+use crate::model::{fail, token, Batch, Form, Gemms, KernelSource, Model, Params, Variant};
 use crate::GemmChoice;
 use crate::Options;
 
@@ -112,7 +112,7 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
         model.weights_s,
         model.k.form,
         model.kernels_s,
-        if model.k.form == "PTX" {
+        if model.k.form == Form::Ptx {
             " (the driver compiles PTX on a machine's first run, then caches it)"
         } else {
             ""
@@ -170,7 +170,7 @@ pub fn run(o: &Options) -> graph_rt::Result<bool> {
             "setup_s": setup_s,
             "weights_s": model.weights_s,
             "kernels_s": model.kernels_s,
-            "kernels_form": model.k.form,
+            "kernels_form": model.k.form.to_string(),
             "batches": Value::Object(batches),
             "generation": Value::Object(generation),
         });
