@@ -3,12 +3,13 @@
 //! [`Step::run`] and, on the same kind of graph, through [`ArgTable::launch`] directly. Host µs
 //! of binding + launching (no synchronize in the timed part) and wall µs per synchronized call,
 //! interleaved, medians. And the same step under the overhead profiler with production
-//! sampling at its default rate (one call in 64 timed by events), against the same table.
+//! sampling at its default rate (one call in 64 timed by events), against the same table. Last,
+//! what one validation of the step costs ([`Step::validate`]).
 
 use std::time::Instant;
 
 use graph_rt::profile::{Mode, ProfileOptions, Profiled};
-use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
+use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope, Validated};
 use graph_rt::table::PtrSlot;
 use graph_rt::{ArgTable, CaptureMode, DeviceBuffer, LaunchConfig, Module, Stream};
 
@@ -210,5 +211,25 @@ fn main() {
     let (wall, wall_runs) = median_of("profiled: bind 201 + run, wall", table_wall);
     println!(
         "step: the same step under the profiler, sampling one call in 64 ÷ the same graph through ArgTable::launch: host {host:.3}×, wall {wall:.3}× (median of 3 runs; host {host_runs}, wall {wall_runs})"
+    );
+
+    // What one validation of the step costs (its closure captured again and compared with the
+    // graph, node by node), host µs, median of 20.
+    let mut s = step.borrow_mut();
+    let each: Vec<f64> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            let v = s.validate().expect("validate");
+            assert_eq!(
+                v,
+                Validated::Same,
+                "the step's closure declares everything it reads"
+            );
+            t.elapsed().as_secs_f64() * 1e6
+        })
+        .collect();
+    println!(
+        "step: one validation of the {NODES}-kernel step (Step::validate): {:.1} µs host (median of 20)",
+        common::median(each)
     );
 }

@@ -340,4 +340,13 @@ pub enum Misuse {
     /// [`recapturable`](crate::step::StepOptions::recapturable) (it keeps no handle on its
     /// buffers): make it with the option.
     NotRecapturable,
+    /// A step's closure, captured again to validate the step, did other work than its graph
+    /// replays ([`Step::validate`](crate::step::Step::validate)): it depends on something it
+    /// does not declare (a host value that sets a grid, a length or an offset). `node` is where
+    /// the work first differs (in capture order; `None`: another number of nodes). Declare what
+    /// the closure depends on, or let the step recapture.
+    StepDiverged {
+        /// The node.
+        node: Option<usize>,
+    },
 }

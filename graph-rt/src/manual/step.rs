@@ -63,6 +63,60 @@
 //! # Ok(()) }
 //! ```
 //!
+//! ## What a closure may depend on
+//!
+//! A step replays what its closure did when it was captured: the closure does not run at each
+//! call. What it enqueues may depend only on what it declares — the buffers and scalars of its
+//! [`crate::step::StepParams`] — and on what stays the same for the step's life (weights,
+//! modules, handles, shapes fixed when it was made). A grid, a length, an offset into a buffer
+//! or a choice of buffer taken from a host variable that changes between calls is not seen by
+//! a replay: make it a [`crate::step::Scalar`] read by a table-form kernel, mask by a declared
+//! length, or make one step per shape. The closure must also be idempotent apart from the
+//! outputs it writes through its work: graph-rt runs it again (eagerly when made, captured when
+//! it validates or recaptures), so a host-side counter it bumps or a buffer it allocates each
+//! time is a closure that does other work each run.
+//!
+//! Validation checks this: [`crate::step::Step::validate`] captures the closure again with the
+//! bindings made now and compares that capture with the step's graph node by node — kinds,
+//! kernels, launch dimensions, every argument byte that is not a declared buffer's word, the
+//! ranges of copies and sets. [`crate::step::StepOptions::validation`] schedules it: by
+//! default the first 8 calls and every 256th in builds with debug assertions, none in release
+//! builds ([`crate::step::Validation::every`] sets a period there). It runs before the call it
+//! precedes, which therefore never replays stale work. A difference ([`crate::step::Divergence`],
+//! naming the node and what changed) is [`crate::Misuse::StepDiverged`], after which the step
+//! runs its closure eagerly; or, for a recapturable step with
+//! [`crate::step::OnDivergence::Recapture`], a recapture. Between scheduled validations a
+//! change goes unseen: validate more often while a closure is new, and on demand after
+//! changing anything the closure reads.
+//!
+//! ```no_run
+//! use graph_rt::step::{OnDivergence, Step, StepOptions, StepParams, Validation};
+//! # use graph_rt::{kernels, Context, DeviceBuffer, LaunchConfig, Module, Stream};
+//! # fn main() -> graph_rt::Result<()> {
+//! # let ctx = Context::new(0)?;
+//! # let stream = Stream::new(&ctx)?;
+//! # let add1 = Module::from_ptx(&ctx, kernels::CHAIN.ptx)?.function("add1")?;
+//! # let mut p = StepParams::new(&ctx, 4)?;
+//! # let (x, y) = (p.buffer::<f32>(4096)?, p.buffer::<f32>(4096)?);
+//! # p.bind(&x, &DeviceBuffer::zeroed(&ctx, 4096)?)?;
+//! # p.bind(&y, &DeviceBuffer::zeroed(&ctx, 4096)?)?;
+//! let n = std::cell::Cell::new(4096usize); // a host value the closure reads: not declared
+//! let options = StepOptions {
+//!     recapturable: true,
+//!     validation: Validation::every(64).on_divergence(OnDivergence::Recapture),
+//!     ..StepOptions::default()
+//! };
+//! let mut step = Step::new(&stream, p, options, |s| {
+//!     let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+//!     // SAFETY: add1(x, y, n) over n ≤ 4096 floats of two 4096-float buffers.
+//!     unsafe { s.launch(&add1, &LaunchConfig::for_elements(n.get(), 256), (&xb, &yb, n.get() as i32)) }
+//! })?;
+//! n.set(1000);
+//! step.validate()?; // the grid and the length changed: recaptured
+//! step.run()?;
+//! # Ok(()) }
+//! ```
+//!
 //! On a framework's own stream: a step's stream may be a cudarc stream
 //! (`Stream::from_cudarc`, feature `cudarc`) or a raw `CUstream` another library made
 //! (`Stream::from_raw`; the legacy and per-thread default streams are refused,

@@ -16,6 +16,13 @@
 //! fails makes the step run eagerly, with the error in [`Step::mode`]
 //! ([`StepOptions::fail_on_capture_error`] makes it an error instead); the context stays usable.
 //!
+//! A replay does what the closure did when it was captured. What the closure enqueues may depend
+//! only on its declared parameters and on what stays the same for the step's life, and it must
+//! make the same work each time it runs (it runs again: eagerly first, then captured, and when it
+//! validates): [`Step::validate`] checks that with a capture of the closure as it is now,
+//! compared node by node with the graph, as [`StepOptions::validation`] schedules (by default in
+//! debug builds only).
+//!
 //! Each call then binds ([`Step::bind`], [`Step::set`]) and launches ([`Step::run`]): one
 //! launch through the step's table, which keeps every bound buffer alive until the replays that
 //! may read it have finished. (The buffers bound when the step was made stay alive as long as
@@ -43,14 +50,17 @@
 mod choice;
 mod params;
 mod scope;
+mod validate;
 
 pub use choice::MixReport;
 pub use params::{Buf, Scalar, StepParams};
 pub use scope::StepScope;
+pub use validate::{Divergence, LaunchDims, OnDivergence, Validation};
 
 use bytemuck::Pod;
 
 use self::scope::Run;
+use self::validate::Signature;
 use crate::choose::{CostModel, Mix};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
@@ -84,6 +94,24 @@ pub struct StepOptions {
     /// collectives wait for each other), where global captures would refuse each other's
     /// allocations.
     pub capture_mode: CaptureMode,
+    /// When calls check that the closure still does what the graph replays, and what a
+    /// difference does ([`Validation`]; see [`Step::validate`]).
+    pub validation: Validation,
+}
+
+/// What [`Step::validate`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Validated {
+    /// The closure does what the graph replays.
+    Same,
+    /// It did other work; the step captured it again ([`OnDivergence::Recapture`]).
+    Recaptured(Divergence),
+    /// It did other work [`OnDivergence::MAX_RECAPTURES`] times in a row: the step runs the
+    /// closure eagerly from now on.
+    GaveUp(Divergence),
+    /// The step has no graph: every call runs the closure eagerly.
+    NoGraph,
 }
 
 /// What [`Step::recapture`] found.
@@ -109,6 +137,8 @@ pub enum EagerReason {
     /// The graph was freed ([`Step::free_graph`]): the profiler found it not worth keeping
     /// (its reason code).
     NotWorthIt(&'static str),
+    /// Validation found the closure doing other work than the graph ([`Step::validate`]).
+    Diverged(Divergence),
 }
 
 /// How a step runs its calls.
@@ -148,10 +178,12 @@ pub struct BuildCost {
     pub memory_bytes: u64,
 }
 
-/// The captured step: its exec, and the prelude that rewrites the foreign kernels' words.
+/// The captured step: its exec, the prelude that rewrites the foreign kernels' words, and what
+/// the capture did (for validation).
 struct Graphed {
     exec: GraphExec,
     prelude: Option<Prelude>,
+    signature: Signature,
 }
 
 /// How a call runs, decided when the graph is made or freed (so that a call reads it beside the
@@ -178,6 +210,9 @@ pub struct Step<F> {
     // A binding goes to the table alone: the step has its graph and is not recapturable (the
     // closure does not run again, so no handle of it is kept).
     direct: bool,
+    // Calls of the graph since it was made, and the call that validates next.
+    calls: u64,
+    check_at: u64,
     stream: Stream,
     params: StepParams,
     // `None`: every call runs the closure eagerly.
@@ -187,6 +222,8 @@ pub struct Step<F> {
     report: StepMode,
     // The closure made collectives in its first run (`StepScope::nccl`).
     collectives: bool,
+    // Divergences since a validation last passed (`OnDivergence::Recapture`).
+    divergences: u32,
 }
 
 impl<F> std::fmt::Debug for Step<F> {
@@ -208,6 +245,8 @@ where
         let mut step = Self {
             via: Via::Eager,
             direct: false,
+            calls: 0,
+            check_at: u64::MAX,
             stream: stream.handle(),
             params,
             options: options.clone(),
@@ -215,6 +254,7 @@ where
             graph: None,
             report: StepMode::Eager(EagerReason::Asked),
             collectives: false,
+            divergences: 0,
         };
         if step.params.ctx.as_raw() != stream.context().as_raw() {
             return Err(Error::misuse(
@@ -291,22 +331,8 @@ where
                 len: d.len,
             })
             .collect();
-        let (params, body, stream) = (&mut self.params, &mut self.body, &self.stream);
-        let launched = std::cell::RefCell::new(Vec::new());
-        let mut capture = |stand: Option<&[params::Bound]>| {
-            stream.capture(options.capture_mode, |s| {
-                if !params.table.is_empty() {
-                    params.table.record_refresh(s)?;
-                }
-                let scope = StepScope::new(Run::Capture(s), params, stand);
-                body(&scope)?;
-                *launched.borrow_mut() = scope.launched.take();
-                Ok(())
-            })
-        };
-        let mut first = capture(None)?;
-        let launched = launched.take();
-        let second = capture(Some(&stand_ins))?;
+        let (mut first, launched) = self.capture_once(None)?;
+        let (second, _) = self.capture_once(Some(&stand_ins))?;
         let (snapshots, discovery) = discover_graphs(&first, &second, dyn_first, &dyn_second)
             .map_err(|e| changed(format!("{e}")))?;
         drop((second, stand_ins));
@@ -341,6 +367,8 @@ where
             prelude_options.host_only = true;
         }
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
+        let sigs = validate::sigs_of(&first, &nodes, &kinds, &snapshots)?;
+        let signature = Signature::new(sigs, discovery.patches.clone());
         let prelude = if patched_words > 0 {
             let slots: Vec<_> = self.params.params.iter().map(|p| p.slot).collect();
             Some(Prelude::install(
@@ -374,12 +402,50 @@ where
             fingerprint,
             build,
         };
-        Ok((Graphed { exec, prelude }, report))
+        let graphed = Graphed {
+            exec,
+            prelude,
+            signature,
+        };
+        Ok((graphed, report))
+    }
+
+    /// Captures the closure once, after the table's refresh, with the bindings made now or
+    /// with `stand_ins`; returns the graph and graph-rt's kernels it launched.
+    fn capture_once(
+        &mut self,
+        stand_ins: Option<&[params::Bound]>,
+    ) -> Result<(crate::graph::Graph, Vec<choice::Launched>)> {
+        let (params, body) = (&mut self.params, &mut self.body);
+        let mut launched = Vec::new();
+        let graph = self.stream.capture(self.options.capture_mode, |s| {
+            if !params.table.is_empty() {
+                params.table.record_refresh(s)?;
+            }
+            let scope = StepScope::new(Run::Capture(s), params, stand_ins);
+            body(&scope)?;
+            launched = scope.launched.take();
+            Ok(())
+        })?;
+        Ok((graph, launched))
     }
 
     /// Runs one call of the step with the bindings made so far: one launch of its graph, or
-    /// the closure run eagerly.
+    /// the closure run eagerly. A call that [`StepOptions::validation`] schedules validates
+    /// first ([`Step::validate`]): on a divergence it runs the recaptured graph, or returns
+    /// [`Misuse::StepDiverged`] without running.
     pub fn run(&mut self) -> Result<()> {
+        if self.via != Via::Eager {
+            self.calls += 1;
+            if self.calls == self.check_at {
+                self.validate()?;
+            }
+        }
+        self.launch()
+    }
+
+    /// One launch of the graph, or the closure run eagerly.
+    fn launch(&mut self) -> Result<()> {
         let table = &mut self.params.table;
         match (self.via, &mut self.graph) {
             (Via::Table, Some(g)) => table.launch(&g.exec, &self.stream),
@@ -389,6 +455,7 @@ where
                 Some(Graphed {
                     exec,
                     prelude: Some(p),
+                    ..
                 }),
             ) => p.launch(table, exec, &self.stream),
             _ => self.eager_run().map(drop),
@@ -407,6 +474,11 @@ where
             Some(_) => Via::Table,
         };
         self.direct = graph.is_some() && !self.options.recapturable;
+        self.calls = 0;
+        self.check_at = match graph {
+            Some(_) => self.options.validation.next_after(0),
+            None => u64::MAX,
+        };
         std::mem::replace(&mut self.graph, graph)
     }
 
@@ -423,6 +495,71 @@ where
             ));
         }
         self.eager_run().map(drop)
+    }
+
+    /// Checks that the closure, run now with the bindings made so far, does what the step's
+    /// graph replays: captures it into a graph that is never launched and compares the two
+    /// node by node — kinds, kernels, launch dimensions, every argument byte that is not a
+    /// declared buffer's word, copies' ranges ([`Divergence`] says what differs). Calls run it
+    /// as [`StepOptions::validation`] schedules; its cost is [`Validation`]'s.
+    ///
+    /// On a divergence, as [`Validation::on_divergence`] says: [`OnDivergence::Fail`] frees the
+    /// graph (every call runs the closure eagerly from then on, [`Step::mode`] says why) and
+    /// returns [`Misuse::StepDiverged`]; [`OnDivergence::Recapture`] captures a recapturable
+    /// step again. The closure runs once more, captured: it must make the same work whenever
+    /// its parameters and what it reads on the host are the same, and nothing but the work it
+    /// enqueues may depend on how often it runs.
+    pub fn validate(&mut self) -> Result<Validated> {
+        if self.graph.is_none() {
+            return Ok(Validated::NoGraph);
+        }
+        // The closure's handles on what is bound now (a direct step keeps none between runs).
+        self.params.materialize()?;
+        let bound = self.params.dynamic()?;
+        let now = self
+            .capture_once(None)
+            .and_then(|(g, _)| validate::read_sigs(&g));
+        if self.direct {
+            self.params.forget_bound();
+        }
+        let now = now?;
+        let Some(graphed) = &self.graph else {
+            return Ok(Validated::NoGraph);
+        };
+        let Some(divergence) = graphed
+            .signature
+            .diverges(&now, &bound, validate::kernel_name)
+        else {
+            self.divergences = 0;
+            return Ok(Validated::Same);
+        };
+        self.divergences += 1;
+        let recapture = self.options.validation.divergence_policy() == OnDivergence::Recapture
+            && self.options.recapturable;
+        if recapture && self.divergences < OnDivergence::MAX_RECAPTURES {
+            return match self.recapture() {
+                Ok(_) => Ok(Validated::Recaptured(divergence)),
+                Err(e) => {
+                    self.free_graph(EagerReason::Diverged(divergence));
+                    Err(e)
+                }
+            };
+        }
+        if recapture {
+            self.free_graph(EagerReason::Diverged(divergence.clone()));
+            return Ok(Validated::GaveUp(divergence));
+        }
+        let error = Error::misuse(
+            "Step::validate",
+            Misuse::StepDiverged {
+                node: divergence.node(),
+            },
+            format!(
+                "the closure does other work than the step's graph replays ({divergence}): it depends on something that is not a declared parameter; declare it (StepParams::buffer, StepParams::scalar), or make the step recapturable with OnDivergence::Recapture. The step runs eagerly from now on"
+            ),
+        );
+        self.free_graph(EagerReason::Diverged(divergence));
+        Err(error)
     }
 
     /// Frees the step's graph (parked until its launches have finished): every call runs the

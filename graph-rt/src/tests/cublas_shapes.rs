@@ -9,7 +9,7 @@ use rand::{Rng, SeedableRng};
 
 use super::{capturing_ctx, sized};
 use crate::cublas::{Cublas, Op};
-use crate::step::{Step, StepMode, StepOptions, StepParams};
+use crate::step::{Step, StepMode, StepOptions, StepParams, Validated};
 use crate::{Context, DeviceBuffer, Stream};
 
 #[derive(Debug, Clone, Copy)]
@@ -207,6 +207,12 @@ fn one<A: Element, C: Element>(
         gemm(blas, &a, &b, &mut eager).unwrap();
         kept.push((a, b, c, eager));
     }
+    // cuBLAS's kernels, rebound to other buffers, are the work captured.
+    let validated = step.validate();
+    assert!(
+        matches!(validated, Ok(Validated::Same)),
+        "{shape:?}: {validated:?}"
+    );
     stream.synchronize().unwrap();
     // Dot products of k terms in (−1, 1): of size about √k.
     let scale = (shape.k as f64).sqrt() * shape.alpha as f64 + 1.0;

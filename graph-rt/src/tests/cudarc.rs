@@ -175,6 +175,8 @@ fn cudarc_launches_on_a_cudarc_stream_as_a_step_rebound_to_fresh_cudarc_slices()
         step.run().unwrap();
         kept.push((h, yb));
     }
+    // cudarc's own launch, rebound to other buffers, is the work captured.
+    assert_eq!(step.validate().unwrap(), crate::step::Validated::Same);
     stream.synchronize().unwrap();
     for (h, y) in kept {
         let want: Vec<f64> = h.iter().map(|&v| v as f64 + 1.0).collect();

@@ -31,6 +31,7 @@ mod table_forms;
 mod table_sets;
 mod triton;
 mod triton_case;
+mod validation;
 mod views;
 
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};

@@ -8,7 +8,9 @@ use super::chain::{add1, buffers, fresh_input, N};
 use super::{assert_close, capturing_ctx, function, sized};
 use crate::cublas::{Cublas, Op as CublasOp};
 use crate::foreign::{PreludeMode, PreludeOptions};
-use crate::step::{Buf, EagerReason, Step, StepMode, StepOptions, StepParams, StepScope};
+use crate::step::{
+    Buf, EagerReason, Step, StepMode, StepOptions, StepParams, StepScope, Validated, Validation,
+};
 use crate::{Context, DeviceBuffer, LaunchConfig, Misuse, Stream};
 
 /// Rows of the GEMM the mixed step ends with: `out (M × 16) = z (M × N/M) · ones (N/M × 16)`.
@@ -146,6 +148,12 @@ pub(super) fn rebound_mixed_step(options: StepOptions, device: Option<PreludeMod
         // The step keeps what it reads: only the output is kept here.
         kept.push((input, b.pop().unwrap()));
     }
+    // Plain, table-form and cuBLAS work rebound to other buffers is the work captured.
+    let want = match step.mode() {
+        StepMode::Graph { .. } => Validated::Same,
+        _ => Validated::NoGraph,
+    };
+    assert_eq!(step.validate().unwrap(), want);
     stream.synchronize().unwrap();
     for (input, got) in kept {
         // z = x + 2; out[i, j] = Σ_l z[i + l·M].
@@ -177,7 +185,12 @@ fn a_decode_like_step_takes_its_position_from_a_scalar_and_is_captured_once() {
     p.set(&len, 1).unwrap();
     let runs = Cell::new(0);
     let cfg = LaunchConfig::for_elements(N, 256);
-    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+    // No validation, which would run the closure again (the count below).
+    let options = StepOptions {
+        validation: Validation::off(),
+        ..StepOptions::default()
+    };
+    let mut step = Step::new(&stream, p, options, |s| {
         runs.set(runs.get() + 1);
         // SAFETY: axpy over the first `len` ≤ N floats of two distinct N-float buffers, every
         // argument read through its slot.

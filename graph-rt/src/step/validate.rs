@@ -1,0 +1,653 @@
+//! Validation: whether a step's closure, run now, still does what the step's graph replays.
+//!
+//! A step replays what its closure did when it was captured. A closure that reads anything
+//! else than its declared parameters — a host variable that sets a grid or a length, a shape
+//! kept on the host, a buffer chosen by a host branch — does other work when that changes, and
+//! a replay would silently run the old work. Validation captures the closure again, with the
+//! bindings made now, into a graph that is never launched, and compares it with the step's
+//! graph node by node: each node's kind, each kernel, its launch dimensions and every byte of
+//! its arguments (with the declared buffers' words as the replay will rewrite them), each copy's
+//! or set's ranges. Foreign launches (cuBLAS, cudarc, candle) go straight to the driver, so a
+//! capture is the one way to see them all.
+
+use std::fmt;
+
+use graph_rt_sys::CUfunction;
+
+use crate::discover::{kernel_snapshots, Dynamic, KernelSnapshot, NodeParams, Patch};
+use crate::error::Result;
+use crate::graph::{Graph, Node, NodeKind};
+
+/// When a step validates its graph against its closure (see [`Step::validate`]), and what it
+/// does when they differ. A validation costs about one eager call of the closure's host side
+/// plus a read of every captured kernel node's parameters — tens of µs for a few kernels, about
+/// a millisecond for hundreds — and runs before the call it precedes, so that call never replays
+/// stale work.
+///
+/// The default validates the first 8 calls and every 256th after in builds with debug
+/// assertions, and never in release builds (where [`Validation::every`] or
+/// [`Step::validate`] turn it on).
+///
+/// [`Step::validate`]: super::Step::validate
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Validation {
+    first: u32,
+    every: u32,
+    on_divergence: OnDivergence,
+}
+
+impl Default for Validation {
+    fn default() -> Self {
+        if cfg!(debug_assertions) {
+            Self::first_then_every(8, 256)
+        } else {
+            Self::off()
+        }
+    }
+}
+
+impl Validation {
+    /// No scheduled validation ([`Step::validate`](super::Step::validate) still runs one on
+    /// demand).
+    pub const fn off() -> Self {
+        Self {
+            first: 0,
+            every: 0,
+            on_divergence: OnDivergence::Fail,
+        }
+    }
+
+    /// Every `n`-th call of the graph (`0`: none).
+    pub const fn every(n: u32) -> Self {
+        Self::first_then_every(0, n)
+    }
+
+    /// The first `first` calls after the graph is made (or made again), then every `every`-th
+    /// call (`0`: none after the first).
+    pub const fn first_then_every(first: u32, every: u32) -> Self {
+        Self {
+            first,
+            every,
+            on_divergence: OnDivergence::Fail,
+        }
+    }
+
+    /// What a divergence does (default [`OnDivergence::Fail`]).
+    pub const fn on_divergence(mut self, on: OnDivergence) -> Self {
+        self.on_divergence = on;
+        self
+    }
+
+    /// What a divergence does.
+    pub const fn divergence_policy(&self) -> OnDivergence {
+        self.on_divergence
+    }
+
+    /// The call (counted from 1 since the graph was made) of the first validation after call
+    /// `call`; `u64::MAX` for none.
+    pub(super) fn next_after(&self, call: u64) -> u64 {
+        if call < u64::from(self.first) {
+            call + 1
+        } else if self.every > 0 {
+            let every = u64::from(self.every);
+            (call / every + 1).saturating_mul(every)
+        } else {
+            u64::MAX
+        }
+    }
+}
+
+/// What a step does when validation finds its closure doing other work than its graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnDivergence {
+    /// The call returns [`Misuse::StepDiverged`](crate::Misuse::StepDiverged) without running,
+    /// and the step runs its closure eagerly from then on
+    /// ([`EagerReason::Diverged`](super::EagerReason::Diverged) says what differed): its
+    /// closure depends on something it does not declare.
+    Fail,
+    /// A [`recapturable`](super::StepOptions::recapturable) step captures the closure again and
+    /// replays the new graph, validating its first calls again; after
+    /// [`MAX_RECAPTURES`](OnDivergence::MAX_RECAPTURES) divergences with no validation passing
+    /// between them it runs eagerly, as with [`OnDivergence::Fail`] but with no error. A step
+    /// that is not recapturable fails instead.
+    Recapture,
+}
+
+impl OnDivergence {
+    /// Divergences in a row after which a [`OnDivergence::Recapture`] step stops recapturing.
+    pub const MAX_RECAPTURES: u32 = 3;
+}
+
+/// A kernel node's launch dimensions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Blocks in x, y, z.
+    pub grid: [u32; 3],
+    /// Threads of a block in x, y, z.
+    pub block: [u32; 3],
+    /// Dynamic shared memory, bytes.
+    pub shared_bytes: u32,
+}
+
+/// How the closure's work now differs from the step's graph: the first difference, in the
+/// order the closure made its work. `node` counts every node of the capture (the table's refresh
+/// first, when the step declares parameters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Divergence {
+    /// The closure made another number of nodes.
+    NodeCount {
+        /// In the step's graph.
+        captured: usize,
+        /// Now.
+        now: usize,
+    },
+    /// Node `node` is of another kind.
+    NodeKind {
+        /// The node.
+        node: usize,
+        /// In the step's graph.
+        captured: NodeKind,
+        /// Now.
+        now: NodeKind,
+    },
+    /// Node `node` launches another kernel.
+    Kernel {
+        /// The node.
+        node: usize,
+        /// The kernel in the step's graph.
+        captured: String,
+        /// Now.
+        now: String,
+    },
+    /// Kernel node `node` launches with other dimensions (a grid that follows a host value).
+    Dimensions {
+        /// The node.
+        node: usize,
+        /// Its kernel.
+        kernel: String,
+        /// In the step's graph.
+        captured: LaunchDims,
+        /// Now.
+        now: LaunchDims,
+    },
+    /// An argument of kernel node `node` differs from what the replay passes: a value that is
+    /// not a declared parameter (a length, a host offset into a buffer, a buffer that is not
+    /// declared).
+    Argument {
+        /// The node.
+        node: usize,
+        /// Its kernel.
+        kernel: String,
+        /// The argument's index.
+        index: usize,
+        /// Its bytes as the replay passes them (declared buffers' words as bound now).
+        replayed: Vec<u8>,
+        /// Its bytes now.
+        now: Vec<u8>,
+    },
+    /// Copy or set node `node` covers other device ranges (`(first byte, bytes)`).
+    Ranges {
+        /// The node.
+        node: usize,
+        /// In the step's graph.
+        captured: Vec<(u64, u64)>,
+        /// Now.
+        now: Vec<(u64, u64)>,
+    },
+}
+
+impl Divergence {
+    /// The node (in the capture's order) where the work differs; `None` for a different count.
+    pub fn node(&self) -> Option<usize> {
+        match self {
+            Divergence::NodeCount { .. } => None,
+            Divergence::NodeKind { node, .. }
+            | Divergence::Kernel { node, .. }
+            | Divergence::Dimensions { node, .. }
+            | Divergence::Argument { node, .. }
+            | Divergence::Ranges { node, .. } => Some(*node),
+        }
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    if bytes.len() <= 8 {
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        format!("{:#x}", u64::from_le_bytes(word))
+    } else {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Divergence::NodeCount { captured, now } => {
+                write!(f, "the closure made {now} nodes where the graph has {captured}")
+            }
+            Divergence::NodeKind {
+                node,
+                captured,
+                now,
+            } => write!(f, "node {node} is a {now:?} node where the graph has a {captured:?} node"),
+            Divergence::Kernel {
+                node,
+                captured,
+                now,
+            } => write!(f, "node {node} launches `{now}` where the graph launches `{captured}`"),
+            Divergence::Dimensions {
+                node,
+                kernel,
+                captured,
+                now,
+            } => write!(
+                f,
+                "node {node} (`{kernel}`) launches grid {:?}, block {:?}, {} shared bytes where the graph launches grid {:?}, block {:?}, {} shared bytes",
+                now.grid, now.block, now.shared_bytes, captured.grid, captured.block, captured.shared_bytes
+            ),
+            Divergence::Argument {
+                node,
+                kernel,
+                index,
+                replayed,
+                now,
+            } => write!(
+                f,
+                "node {node} (`{kernel}`) passes argument {index} = {} where the replay would pass {}",
+                hex(now),
+                hex(replayed)
+            ),
+            Divergence::Ranges {
+                node,
+                captured,
+                now,
+            } => write!(
+                f,
+                "copy or set node {node} covers {now:x?} where the graph covers {captured:x?}"
+            ),
+        }
+    }
+}
+
+/// One node of a capture, as validation compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Sig {
+    /// A kernel: its function, dimensions and parameters.
+    Kernel(LaunchDims, NodeParams),
+    /// A copy or a set: the device ranges it covers.
+    Ranges(Vec<(u64, u64)>),
+    /// Any other node, by kind.
+    Other(NodeKind),
+}
+
+/// What a capture of the closure did, node by node, with the declared buffers' words that a
+/// replay rewrites.
+pub(super) struct Signature {
+    nodes: Vec<Sig>,
+    patches: Vec<Patch>,
+}
+
+/// The nodes of `graph` in capture order, read with its `nodes`, their `kinds` and its kernel
+/// nodes' `snapshots` (in the same order).
+pub(super) fn sigs_of(
+    graph: &Graph,
+    nodes: &[Node],
+    kinds: &[NodeKind],
+    snapshots: &[KernelSnapshot],
+) -> Result<Vec<Sig>> {
+    let mut kernels = snapshots.iter();
+    let mut out = Vec::with_capacity(nodes.len());
+    for (node, kind) in nodes.iter().zip(kinds) {
+        out.push(match kind {
+            // `snapshots` lists the kernel nodes of `nodes`, in order.
+            NodeKind::Kernel => match kernels.next() {
+                Some(k) => {
+                    let (grid, block, shared_bytes) = k.dims;
+                    let dims = LaunchDims {
+                        grid,
+                        block,
+                        shared_bytes,
+                    };
+                    Sig::Kernel(dims, k.params.clone())
+                }
+                None => Sig::Other(NodeKind::Kernel),
+            },
+            NodeKind::Memcpy | NodeKind::Memset => Sig::Ranges(graph.copied_ranges(*node)?),
+            kind => Sig::Other(*kind),
+        });
+    }
+    Ok(out)
+}
+
+/// The nodes of `graph`, in capture order.
+pub(super) fn read_sigs(graph: &Graph) -> Result<Vec<Sig>> {
+    let nodes = graph.nodes()?;
+    let kinds = nodes
+        .iter()
+        .map(|n| graph.node_kind(*n))
+        .collect::<Result<Vec<_>>>()?;
+    sigs_of(graph, &nodes, &kinds, &kernel_snapshots(graph)?)
+}
+
+impl Signature {
+    /// The signature of the step's capture `nodes`, whose words `patches` the replay rewrites.
+    pub(super) fn new(nodes: Vec<Sig>, patches: Vec<Patch>) -> Self {
+        Self { nodes, patches }
+    }
+
+    /// The first difference between this capture, replayed with the buffers `bound` now, and
+    /// `now`, a capture made with those bindings; `name` names a kernel by its handle.
+    pub(super) fn diverges(
+        &self,
+        now: &[Sig],
+        bound: &[Dynamic],
+        name: impl Fn(usize) -> String,
+    ) -> Option<Divergence> {
+        if self.nodes.len() != now.len() {
+            return Some(Divergence::NodeCount {
+                captured: self.nodes.len(),
+                now: now.len(),
+            });
+        }
+        let mut kernel = 0;
+        for (node, (a, b)) in self.nodes.iter().zip(now).enumerate() {
+            match (a, b) {
+                (Sig::Kernel(da, pa), Sig::Kernel(db, pb)) => {
+                    if pa.function != pb.function {
+                        return Some(Divergence::Kernel {
+                            node,
+                            captured: name(pa.function),
+                            now: name(pb.function),
+                        });
+                    }
+                    if da != db {
+                        return Some(Divergence::Dimensions {
+                            node,
+                            kernel: name(pa.function),
+                            captured: *da,
+                            now: *db,
+                        });
+                    }
+                    let replayed = self.replayed(kernel, pa, bound);
+                    if let Some((index, r, n)) = first_argument_difference(pa, &replayed, pb) {
+                        return Some(Divergence::Argument {
+                            node,
+                            kernel: name(pa.function),
+                            index,
+                            replayed: r,
+                            now: n,
+                        });
+                    }
+                    kernel += 1;
+                }
+                (Sig::Ranges(ra), Sig::Ranges(rb)) => {
+                    if ra != rb {
+                        return Some(Divergence::Ranges {
+                            node,
+                            captured: ra.clone(),
+                            now: rb.clone(),
+                        });
+                    }
+                }
+                (Sig::Other(ka), Sig::Other(kb)) if ka == kb => {}
+                _ => {
+                    return Some(Divergence::NodeKind {
+                        node,
+                        captured: a.kind(),
+                        now: b.kind(),
+                    })
+                }
+            }
+        }
+        None
+    }
+
+    /// Kernel node `kernel`'s parameter bytes as a replay passes them with the buffers `bound`
+    /// now: the declared buffers' words rewritten, the rest as captured.
+    fn replayed(&self, kernel: usize, params: &NodeParams, bound: &[Dynamic]) -> Vec<u8> {
+        let mut bytes = params.bytes.clone();
+        let start = self.patches.partition_point(|p| p.node < kernel);
+        for p in self.patches[start..]
+            .iter()
+            .take_while(|p| p.node == kernel)
+        {
+            // A patch the captured buffers explain; the buffer bound now, at the same offset.
+            let (Some(now), Some(word)) =
+                (bound.get(p.buffer), bytes.get_mut(p.offset..p.offset + 8))
+            else {
+                continue;
+            };
+            word.copy_from_slice(&now.base.wrapping_add(p.interior).to_le_bytes());
+        }
+        bytes
+    }
+}
+
+impl Sig {
+    fn kind(&self) -> NodeKind {
+        match self {
+            Sig::Kernel(..) => NodeKind::Kernel,
+            // Only the node's ranges are kept: either kind reads as a copy.
+            Sig::Ranges(_) => NodeKind::Memcpy,
+            Sig::Other(k) => *k,
+        }
+    }
+}
+
+/// The first argument whose bytes differ between `replayed` and `now`'s (same layout): its
+/// index and both values. Bytes outside every argument (padding) are not compared.
+fn first_argument_difference(
+    captured: &NodeParams,
+    replayed: &[u8],
+    now: &NodeParams,
+) -> Option<(usize, Vec<u8>, Vec<u8>)> {
+    if captured.layout != now.layout || replayed.len() != now.bytes.len() {
+        // Another layout with the same function cannot happen; say where it starts.
+        return Some((0, replayed.to_vec(), now.bytes.clone()));
+    }
+    for (index, &(offset, size)) in captured.layout.iter().enumerate() {
+        let range = offset..(offset + size).min(replayed.len());
+        if replayed.get(range.clone()) != now.bytes.get(range.clone()) {
+            return Some((
+                index,
+                replayed[range.clone()].to_vec(),
+                now.bytes[range].to_vec(),
+            ));
+        }
+    }
+    None
+}
+
+/// A kernel's name for a divergence.
+pub(super) fn kernel_name(function: usize) -> String {
+    crate::driver::kernel_name(function as CUfunction).unwrap_or_else(|| format!("{function:#x}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(function: usize, grid: u32, words: &[u64]) -> Sig {
+        Sig::Kernel(
+            LaunchDims {
+                grid: [grid, 1, 1],
+                block: [256, 1, 1],
+                shared_bytes: 0,
+            },
+            NodeParams {
+                function,
+                bytes: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                layout: (0..words.len()).map(|i| (i * 8, 8)).collect(),
+            },
+        )
+    }
+
+    const X0: Dynamic = Dynamic {
+        base: 0x7000_0000,
+        len: 0x1000,
+    };
+    const X1: Dynamic = Dynamic {
+        base: 0x9000_0000,
+        len: 0x1000,
+    };
+
+    fn signature(nodes: Vec<Sig>) -> Signature {
+        // Node 0's word 0 is declared buffer 0 plus 0x10.
+        let patch = Patch {
+            node: 0,
+            offset: 0,
+            buffer: 0,
+            interior: 0x10,
+        };
+        Signature::new(nodes, vec![patch])
+    }
+
+    fn name(f: usize) -> String {
+        format!("k{f}")
+    }
+
+    #[test]
+    fn a_capture_with_the_buffers_rebound_is_the_same_work() {
+        let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, 7])]);
+        let now = [kernel(1, 4, &[X1.base + 0x10, 7])];
+        assert_eq!(s.diverges(&now, &[X1], name), None);
+        let same = [kernel(1, 4, &[X0.base + 0x10, 7])];
+        assert_eq!(
+            s.diverges(&same, &[X0], name),
+            None,
+            "bound to the same buffer"
+        );
+    }
+
+    #[test]
+    fn a_grid_that_follows_a_host_value_diverges_at_its_node() {
+        let s = signature(vec![
+            Sig::Other(NodeKind::Empty),
+            kernel(1, 4, &[X0.base + 0x10]),
+        ]);
+        let now = [Sig::Other(NodeKind::Empty), kernel(1, 8, &[X1.base + 0x10])];
+        match s.diverges(&now, &[X1], name) {
+            Some(d @ Divergence::Dimensions { node: 1, .. }) => {
+                assert!(d.to_string().contains("grid [8, 1, 1]"), "{d}")
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn a_length_or_a_host_offset_that_changed_diverges_at_its_argument() {
+        let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, 7])]);
+        let longer = [kernel(1, 4, &[X1.base + 0x10, 9])];
+        assert!(matches!(
+            s.diverges(&longer, &[X1], name),
+            Some(Divergence::Argument {
+                node: 0,
+                index: 1,
+                ..
+            })
+        ));
+        // The buffer is rebound, but the closure now reads it at another offset.
+        let moved = [kernel(1, 4, &[X1.base + 0x20, 7])];
+        assert!(matches!(
+            s.diverges(&moved, &[X1], name),
+            Some(Divergence::Argument {
+                node: 0,
+                index: 0,
+                ..
+            })
+        ));
+        // Bound to the same buffer as captured, read at another offset.
+        let moved = [kernel(1, 4, &[X0.base + 0x20, 7])];
+        assert!(matches!(
+            s.diverges(&moved, &[X0], name),
+            Some(Divergence::Argument {
+                node: 0,
+                index: 0,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn a_buffer_that_is_not_declared_diverges_when_it_changes() {
+        let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, 0x5000_0000])]);
+        let now = [kernel(1, 4, &[X1.base + 0x10, 0x5100_0000])];
+        assert!(matches!(
+            s.diverges(&now, &[X1], name),
+            Some(Divergence::Argument { index: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn other_kernels_counts_kinds_and_ranges_diverge() {
+        let s = signature(vec![
+            kernel(1, 4, &[X0.base + 0x10]),
+            Sig::Ranges(vec![(0x100, 64)]),
+        ]);
+        let other_kernel = [
+            kernel(2, 4, &[X1.base + 0x10]),
+            Sig::Ranges(vec![(0x100, 64)]),
+        ];
+        assert_eq!(
+            s.diverges(&other_kernel, &[X1], name),
+            Some(Divergence::Kernel {
+                node: 0,
+                captured: "k1".into(),
+                now: "k2".into()
+            })
+        );
+        let fewer = [kernel(1, 4, &[X1.base + 0x10])];
+        assert_eq!(
+            s.diverges(&fewer, &[X1], name),
+            Some(Divergence::NodeCount {
+                captured: 2,
+                now: 1
+            })
+        );
+        let longer_copy = [
+            kernel(1, 4, &[X1.base + 0x10]),
+            Sig::Ranges(vec![(0x100, 128)]),
+        ];
+        assert!(matches!(
+            s.diverges(&longer_copy, &[X1], name),
+            Some(Divergence::Ranges { node: 1, .. })
+        ));
+        let kind = [kernel(1, 4, &[X1.base + 0x10]), Sig::Other(NodeKind::Host)];
+        assert!(matches!(
+            s.diverges(&kind, &[X1], name),
+            Some(Divergence::NodeKind {
+                node: 1,
+                now: NodeKind::Host,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn debug_builds_validate_the_first_calls_and_every_256th_release_builds_none() {
+        let want = if cfg!(debug_assertions) {
+            Validation::first_then_every(8, 256)
+        } else {
+            Validation::off()
+        };
+        assert_eq!(Validation::default(), want);
+    }
+
+    #[test]
+    fn the_schedule_validates_the_first_calls_then_every_nth() {
+        let v = Validation::first_then_every(3, 10);
+        let mut calls = vec![];
+        let mut at = v.next_after(0);
+        while at <= 40 {
+            calls.push(at);
+            at = v.next_after(at);
+        }
+        assert_eq!(calls, [1, 2, 3, 10, 20, 30, 40]);
+        assert_eq!(Validation::off().next_after(0), u64::MAX);
+        assert_eq!(Validation::every(5).next_after(0), 5);
+        assert_eq!(Validation::first_then_every(2, 0).next_after(2), u64::MAX);
+    }
+}
