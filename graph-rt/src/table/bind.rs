@@ -60,6 +60,9 @@ impl ArgTable {
                 "the buffer belongs to another context",
             ));
         }
+        if let Some(on) = alloc.ordered_on() {
+            self.order_after(on, call)?;
+        }
         self.ledger
             .set_at(index, word, key, at, || Some(alloc.clone()));
         Ok(())

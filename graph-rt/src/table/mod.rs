@@ -9,6 +9,7 @@ mod changes;
 mod keep;
 mod kernel;
 mod ledger;
+mod order;
 mod owners;
 mod refresh;
 mod ring;

@@ -13,7 +13,7 @@ use super::keep::NOTHING;
 use super::ledger::SetView;
 use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
 use super::table::{key_of, ArgTable};
-use crate::driver::{Allocation, DeviceBuffer, DeviceView};
+use crate::driver::{Allocation, DeviceBuffer, DeviceView, StreamInner};
 use crate::error::{Error, Misuse, Result};
 
 /// What a set keeps alive: the allocations its slots address, once each.
@@ -104,6 +104,9 @@ pub struct BindingSet {
     layout: Arc<Layout>,
     words: Arc<[u64]>,
     keep: SetKeep,
+    // The streams its stream-ordered allocations were made on (each once), which a launch
+    // after binding the set waits for (see the `order` module).
+    ordered: Box<[Arc<StreamInner>]>,
 }
 
 impl std::fmt::Debug for BindingSet {
@@ -162,6 +165,9 @@ impl ArgTable {
                 Misuse::OtherTable,
                 "the set was built for another table",
             ));
+        }
+        for on in set.ordered.iter() {
+            self.order_after(on, "ArgTable::bind_set")?;
         }
         let keep_id = Arc::as_ptr(&set.keep) as *const () as usize;
         let view = SetView {
@@ -308,11 +314,18 @@ impl BindingSetBuilder<'_> {
         keep.retain(|a| used.binary_search(&key_of(a)).is_ok());
         let indices: Box<[u32]> = last.iter().map(|e| e.0).collect();
         let words: Arc<[u64]> = last.iter().map(|e| e.1).collect();
+        let mut ordered: Vec<Arc<StreamInner>> = Vec::new();
+        for on in keep.iter().filter_map(|a| a.ordered_on()) {
+            if !ordered.iter().any(|o| o.raw() == on.raw()) {
+                ordered.push(on.clone());
+            }
+        }
         Ok(BindingSet {
             table: table.id,
             layout: table.layout(indices),
             words,
             keep: keep.into(),
+            ordered: ordered.into(),
         })
     }
 }

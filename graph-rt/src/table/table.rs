@@ -25,6 +25,7 @@ use bytemuck::Pod;
 use graph_rt_sys::CUcontext;
 
 use super::ledger::{Ledger, Replaced};
+use super::order::Waits;
 use super::refresh::RefreshArgs;
 use super::set::{Layout, SetKeep};
 use super::slot::{PtrSlot, ScalarSlot, SlotScalar};
@@ -187,6 +188,8 @@ pub struct ArgTable {
     // The slot lists of the binding sets made so far (sets over the same slots share one).
     pub(super) layouts: Vec<std::sync::Weak<Layout>>,
     pub(super) sealed: bool,
+    // Streams of stream-ordered buffers bound since the last launch, which it waits for.
+    pub(super) waits: Waits,
 }
 
 impl std::fmt::Debug for ArgTable {
@@ -244,6 +247,7 @@ impl ArgTable {
             ledger: Ledger::new(options.depth),
             layouts: Vec::new(),
             sealed: false,
+            waits: Waits::default(),
             stream: None,
             stats: TableStats::default(),
             ctx_raw: ctx.as_raw(),
@@ -505,6 +509,7 @@ impl ArgTable {
         if self.stream.is_none() {
             self.stream = Some(stream.shared());
         }
+        self.wait_for_allocations(stream)?;
         if !self.ledger.pending() {
             // Nothing bound since the mirror was written: it holds every binding, and nothing
             // of it (nor of the windows of changes) is touched. The first launch staged always.

@@ -9,6 +9,7 @@ use super::chain::{add1, N};
 use super::{assert_close, capturing_ctx, ctx, random_f32, sized};
 use crate::cublas::DESTROYED;
 use crate::cublas::{Cublas, Op as CublasOp};
+use crate::step::{Step, StepMode, StepOptions, StepParams, Validation};
 use crate::{
     CaptureMode, Context, DeviceBuffer, Function, LaunchConfig, Misuse, NodeKind, Result, Stream,
 };
@@ -298,6 +299,103 @@ fn a_recorded_gemm_orders_a_buffer_allocated_on_another_stream() {
     let err = err.expect("the GEMM was refused");
     assert_eq!(err.misuse_kind(), Some(&Misuse::UnorderedBuffer), "{err}");
     drop((on_a, a, exec, graph));
+    t.ctx.synchronize().unwrap();
+    wait_released(&t.ctx);
+    assert!(t.ctx.take_deferred_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn a_step_and_a_binding_set_order_a_buffer_allocated_on_another_stream() {
+    let mut t = two_streams(capturing_ctx());
+    // A step on B: y = x + 1, both declared (cuBLAS only keeps A busy).
+    let mut p = StepParams::new(&t.ctx, 4).unwrap();
+    let (x, y) = (p.buffer::<f32>(N).unwrap(), p.buffer::<f32>(N).unwrap());
+    let outs: Vec<DeviceBuffer<f32>> = (0..3)
+        .map(|_| DeviceBuffer::zeroed(&t.ctx, N).unwrap())
+        .collect();
+    p.bind(&x, &t.zeros).unwrap();
+    p.bind(&y, &outs[0]).unwrap();
+    let (f, cfg) = (&t.f, LaunchConfig::for_elements(N, 256));
+    let options = StepOptions {
+        validation: Validation::off(),
+        ..StepOptions::default()
+    };
+    let mut step = Step::new(&t.sb, p, options, |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        // SAFETY: add1 over N floats of two distinct N-float buffers.
+        unsafe { s.launch(f, &cfg, (&xb, &yb, N as i32)) }
+    })
+    .unwrap();
+    assert!(
+        matches!(step.mode(), StepMode::Graph { .. }),
+        "{:?}",
+        step.mode()
+    );
+    t.ctx.synchronize().unwrap();
+    // A is busy, then allocates x and writes ones into it; the replay on B must wait for that.
+    busy(&t.on_a, &t.x, &mut t.out[0], 6);
+    let mut a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    add1_on(&t.sa, &t.f, &t.zeros, &mut a);
+    step.bind(&x, &a).unwrap();
+    step.bind(&y, &outs[1]).unwrap();
+    step.run().unwrap();
+    drop(a);
+    t.sb.synchronize().unwrap();
+    assert!(
+        outs[1].to_vec().unwrap().iter().all(|&v| v == 2.0),
+        "the replay read x before A wrote it"
+    );
+
+    // The same through a binding set of the step's table.
+    t.ctx.synchronize().unwrap();
+    busy(&t.on_a, &t.x, &mut t.out[0], 6);
+    let mut a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    add1_on(&t.sa, &t.f, &t.zeros, &mut a);
+    let mut table = crate::ArgTable::new(&t.ctx, crate::TableOptions::default()).unwrap();
+    let slot = table.ptr_slot::<f32>().unwrap();
+    let table_form = super::function(&t.ctx, &graph_rt_kernels::CHAIN_TABLE, "add1");
+    let out_slot = table.ptr_slot::<f32>().unwrap();
+    let set = {
+        let mut b = table.binding_set();
+        b.bind(&slot, &a).unwrap();
+        b.bind(&out_slot, &outs[2]).unwrap();
+        b.build().unwrap()
+    };
+    drop(a);
+    table.bind_set(&set).unwrap();
+    table.refresh(&t.sb).unwrap();
+    // SAFETY: the table-form add1 over N floats through slots bound to distinct N-float buffers.
+    unsafe {
+        t.sb.launch(
+            &table_form,
+            &cfg.without_programmatic(),
+            (&slot, &out_slot, N as i32),
+        )
+        .unwrap()
+    };
+    t.sb.synchronize().unwrap();
+    assert!(
+        outs[2].to_vec().unwrap().iter().all(|&v| v == 2.0),
+        "the launch read the slot's buffer before A wrote it"
+    );
+
+    // A buffer whose stream captures at the binding cannot be ordered: refused, the binding
+    // unchanged.
+    let a = DeviceBuffer::<f32>::alloc_async(&t.sa, N).unwrap();
+    let mut err = None;
+    let (zeros, y_out) = (&t.zeros, &outs[0]);
+    let on_a =
+        t.sa.capture(CaptureMode::Global, |s| {
+            // SAFETY: add1 over N floats of two distinct N-float buffers the test keeps.
+            unsafe { s.launch(f, &cfg, (zeros, y_out, N as i32))? };
+            err = step.bind(&x, &a).err();
+            Ok(())
+        })
+        .unwrap();
+    let err = err.expect("the binding was refused");
+    assert_eq!(err.misuse_kind(), Some(&Misuse::UnorderedBuffer), "{err}");
+    drop((on_a, a, set, table, step));
     t.ctx.synchronize().unwrap();
     wait_released(&t.ctx);
     assert!(t.ctx.take_deferred_errors().is_empty());
