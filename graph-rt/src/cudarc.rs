@@ -5,13 +5,16 @@
 //! Capturing cudarc's own launches on one of its streams: with cudarc's defaults (event tracking
 //! on), once a context has two streams every `CudaSlice` carries read/write events, and each
 //! launch through cudarc makes the stream wait on them; inside a capture that wait crosses the
-//! capture's boundary and the driver refuses it (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`).
-//! graph-rt's captures of a stream made by [`Stream::from_cudarc`] switch cudarc's tracking off
-//! for the capture and back on however it ends (errors and panics included), so cudarc's
-//! launches and copies are captured like graph-rt's. What that cannot make safe: the captured
-//! nodes record no events, so cudarc orders none of its later work after the graph's replays,
-//! and the graph keeps no slice alive — keep them alive and unwritten by other streams while
-//! the graph may replay.
+//! capture's boundary and the driver refuses it (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`: the
+//! capture fails, and a step runs eagerly saying so). Turning tracking off is cudarc's `unsafe`
+//! `disable_event_tracking`, for the whole context, and graph-rt does it only when asked to:
+//! captures of a stream made by the `unsafe` [`Stream::from_cudarc_pausing_tracking`] switch
+//! cudarc's tracking off for the capture and back on however it ends (errors and panics
+//! included), so cudarc's launches and copies are captured like graph-rt's. What that cannot
+//! make safe is its contract: the captured nodes record no events, so cudarc orders none of its
+//! later work after the graph's replays, and the graph keeps no slice alive; meanwhile cudarc
+//! work of other threads on the context is not tracked either. With a single stream in the
+//! context cudarc tracks nothing, and [`Stream::from_cudarc`] captures its launches as they are.
 //!
 //! Or move the buffers: [`DeviceBuffer::from_cudarc`] settles the slice's events once, outside
 //! any capture, and hands the allocation to graph-rt, whose graphs keep it alive for as long as
@@ -40,14 +43,37 @@ impl Context {
 
 impl Stream {
     /// A cudarc `CudaStream`, which it keeps alive (and never destroys). Capture on it with
-    /// [`Stream::capture`].
+    /// [`Stream::capture`]; cudarc's event tracking stays as it is (see the [module
+    /// docs](self) for what that means for captures of cudarc's own launches).
     pub fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Self> {
         let ctx = Context::from_cudarc(stream.context())?;
-        Ok(Self::wrap_owned(
+        Ok(Self::wrap_cudarc(
             stream.cu_stream().cast(),
             &ctx,
+            stream.clone(),
             false,
-            Some(stream.clone()),
+        ))
+    }
+
+    /// A cudarc `CudaStream` whose captures through graph-rt ([`Stream::capture`],
+    /// [`Stream::capture_into`], steps) switch cudarc's event tracking off for the stream's
+    /// context while they run, and back on however they end: so that cudarc's launches on
+    /// slices shared between streams can be captured.
+    ///
+    /// # Safety
+    /// As cudarc's `CudaContext::disable_event_tracking`, for every capture of the stream: the
+    /// captured nodes record no events on the slices they use, so the caller keeps every such
+    /// slice alive, and orders cudarc's work on other streams that writes or frees it after the
+    /// graph's replays (or moves the slices into graph-rt with [`DeviceBuffer::from_cudarc`],
+    /// whose graphs keep them alive); and no other thread relies on cudarc's tracking of the
+    /// context while a capture runs.
+    pub unsafe fn from_cudarc_pausing_tracking(stream: &Arc<CudaStream>) -> Result<Self> {
+        let ctx = Context::from_cudarc(stream.context())?;
+        Ok(Self::wrap_cudarc(
+            stream.cu_stream().cast(),
+            &ctx,
+            stream.clone(),
+            true,
         ))
     }
 }

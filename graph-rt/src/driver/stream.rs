@@ -75,6 +75,10 @@ pub(crate) struct StreamInner {
     owned: bool,
     // The foreign owner of a wrapped stream (a cudarc `CudaStream`), kept alive with it.
     _owner: Option<crate::resource::Resource>,
+    // Captures switch the owner's (cudarc's) event tracking off while they run: the caller's
+    // opt-in (`Stream::from_cudarc_pausing_tracking`).
+    #[cfg(feature = "cudarc")]
+    pauses_tracking: bool,
 }
 
 // SAFETY: CUstream handles may be used from any thread; graph-rt binds the context first.
@@ -146,6 +150,29 @@ impl Stream {
                 ctx: ctx.clone(),
                 owned,
                 _owner: owner,
+                #[cfg(feature = "cudarc")]
+                pauses_tracking: false,
+            }),
+        }
+    }
+
+    /// A cudarc stream `raw` of `ctx`, kept alive by `owner`; with `pauses_tracking`, graph-rt's
+    /// captures of it switch cudarc's event tracking off while they run.
+    #[cfg(feature = "cudarc")]
+    pub(crate) fn wrap_cudarc(
+        raw: CUstream,
+        ctx: &Context,
+        owner: crate::resource::Resource,
+        pauses_tracking: bool,
+    ) -> Self {
+        Self {
+            inner: Arc::new(StreamInner {
+                raw,
+                ctx_raw: ctx.as_raw(),
+                ctx: ctx.clone(),
+                owned: false,
+                _owner: Some(owner),
+                pauses_tracking,
             }),
         }
     }
@@ -189,10 +216,14 @@ impl Stream {
         self.inner.clone()
     }
 
-    /// For a capture of a cudarc stream: cudarc's event tracking off until the value is
-    /// dropped (see [`TrackingPaused`](super::cudarc_tracking::TrackingPaused)).
+    /// For a capture of a cudarc stream made with `Stream::from_cudarc_pausing_tracking`:
+    /// cudarc's event tracking off until the value is dropped (see
+    /// [`TrackingPaused`](super::cudarc_tracking::TrackingPaused)).
     #[cfg(feature = "cudarc")]
     pub(crate) fn pause_foreign_tracking(&self) -> Option<super::cudarc_tracking::TrackingPaused> {
+        if !self.inner.pauses_tracking {
+            return None;
+        }
         self.inner
             ._owner
             .as_ref()

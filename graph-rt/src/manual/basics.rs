@@ -152,9 +152,10 @@
 //! `graph_rt::cudarc` module. graph-rt enables only cudarc's `driver`; the application picks
 //! cudarc's CUDA version (a `cuda-*` feature or `CUDARC_CUDA_VERSION`) and linking. With
 //! cudarc's defaults and two streams in a context, cudarc's launches on its slices wait on and
-//! record events, which a capture refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`): graph-rt's
-//! captures of a stream from `Stream::from_cudarc` pause cudarc's event tracking for the capture
-//! and restore it on every way out, errors and panics included (what that cannot make safe is
-//! in the `cudarc` module's docs). A `From<DriverError>` turns cudarc's errors into graph-rt's.
+//! record events, which a capture refuses (`CUDA_ERROR_STREAM_CAPTURE_ISOLATION`). Move the
+//! slices into graph-rt (`DeviceBuffer::from_cudarc`), or opt in with the `unsafe`
+//! `Stream::from_cudarc_pausing_tracking`, whose captures pause cudarc's event tracking for the
+//! context and restore it on every way out, errors and panics included (its contract is in the
+//! `cudarc` module's docs). A `From<DriverError>` turns cudarc's errors into graph-rt's.
 //! A cuBLAS handle a framework owns is lent with `Cublas::borrow_raw` (graph-rt's stream and
 //! workspace while lent, the framework's stream given back on drop).

@@ -24,10 +24,13 @@ fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
     let n = N as i32;
     let cfg = LaunchConfig::for_elements(N, 256);
 
-    // cudarc's own launches on its slices, captured on its stream: cudarc's event tracking
-    // (whose waits would cross the capture's boundary: CUDA_ERROR_STREAM_CAPTURE_ISOLATION) is
-    // off for the capture and back on after it, whatever way the capture ends.
-    let stream = Stream::from_cudarc(&s1).unwrap();
+    // cudarc's own launches on its slices, captured on its stream made with the opt-in:
+    // cudarc's event tracking (whose waits would cross the capture's boundary:
+    // CUDA_ERROR_STREAM_CAPTURE_ISOLATION) is off for the capture and back on after it, whatever
+    // way the capture ends.
+    // SAFETY: the slices captured below are kept alive and unwritten by cudarc's other stream
+    // while the graph replays (the test synchronizes before touching them).
+    let stream = unsafe { Stream::from_cudarc_pausing_tracking(&s1) }.unwrap();
     let cu_f = cctx
         .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
         .unwrap()
@@ -118,7 +121,8 @@ fn cudarc_launches_on_a_cudarc_stream_as_a_step_rebound_to_fresh_cudarc_slices()
     let cctx = CudaContext::new(0).unwrap();
     let (s1, s2) = (cctx.new_stream().unwrap(), cctx.new_stream().unwrap());
     assert!(cctx.is_managing_stream_synchronization());
-    let stream = Stream::from_cudarc(&s1).unwrap();
+    // SAFETY: the step keeps the slices it is bound to (moved into graph-rt) alive.
+    let stream = unsafe { Stream::from_cudarc_pausing_tracking(&s1) }.unwrap();
     let ctx = stream.context().clone();
     let cu_f = cctx
         .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
@@ -184,4 +188,54 @@ fn cudarc_launches_on_a_cudarc_stream_as_a_step_rebound_to_fresh_cudarc_slices()
     }
     drop(step);
     assert!(ctx.take_deferred_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_cudarc_stream_leaves_cudarc_event_tracking_on_in_its_captures_unless_the_caller_opts_in() {
+    let _capturing = super::exclusive();
+    let cctx = CudaContext::new(0).unwrap();
+    let (s1, s2) = (cctx.new_stream().unwrap(), cctx.new_stream().unwrap());
+    assert!(cctx.is_event_tracking());
+    let x = s2.clone_htod(&random_f32(N)).unwrap();
+    let mut y = s2.alloc_zeros::<f32>(N).unwrap();
+    let cu_f = cctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
+        .unwrap()
+        .load_function("add1")
+        .unwrap();
+    let cu_cfg = cudarc::driver::LaunchConfig {
+        grid_dim: (N as u32 / 256, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let n = N as i32;
+    let stream = Stream::from_cudarc(&s1).unwrap();
+    let mut tracking_inside = None;
+    let captured = stream.capture(CaptureMode::Global, |_| {
+        tracking_inside = Some(cctx.is_event_tracking());
+        let mut b = s1.launch_builder(&cu_f);
+        b.arg(&x).arg(&mut y).arg(&n);
+        // SAFETY: add1 over N elements of N-element slices.
+        unsafe { b.launch(cu_cfg) }.map(drop)?;
+        Ok(())
+    });
+    assert_eq!(
+        tracking_inside,
+        Some(true),
+        "a safe cudarc stream switched cudarc's tracking off"
+    );
+    assert!(cctx.is_event_tracking());
+    // cudarc's wait on the slices' events crosses the capture's boundary: the driver refuses it.
+    println!(
+        "capture of a tracked cudarc launch: {:?}",
+        captured.as_ref().map(drop)
+    );
+    assert!(
+        captured.is_err(),
+        "the capture of a tracked launch was taken"
+    );
+    drop(captured);
+    s1.synchronize().unwrap();
+    s2.synchronize().unwrap();
 }
