@@ -340,4 +340,11 @@ pub enum Misuse {
     /// [`recapturable`](crate::step::StepOptions::recapturable) (it keeps no handle on its
     /// buffers): make it with the option.
     NotRecapturable,
+
+    // Images.
+    /// A cubin or fatbin whose headers do not fit in its bytes: shorter than its header, or a
+    /// header table, section or segment that reaches past its end (a file cut short by an
+    /// interrupted write or a full disk). The driver takes no length, so graph-rt refuses it
+    /// before the driver reads it: give the whole image as its compiler wrote it.
+    MalformedImage,
 }
