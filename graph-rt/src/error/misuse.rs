@@ -241,7 +241,7 @@ pub enum Misuse {
     NoSuchKernel,
     /// An image that does not start with the magic number of its format (a cubin's ELF header,
     /// a fatbin's): load it with the call of its format (`from_cubin`, `from_fatbin`,
-    /// `from_ptx`).
+    /// `from_ptx`; `from_image` takes either binary format).
     WrongImage,
     /// The PTX pass refused the PTX or the options, or could not read the PTX: `error` says
     /// why (match on it); change the selection of parameters, or use the original form.

@@ -119,10 +119,6 @@ impl TritonKernel {
             ptx_params,
         } = read(files)?;
         let name = meta.name.clone();
-        let no_kernel = || {
-            let reason = format!("the PTX has no kernel `{name}`");
-            Error::misuse(CALL, Misuse::NoSuchKernel, reason)
-        };
         let (function, from_cubin, slots, pdl) = match &form {
             TritonForm::Original => {
                 let (f, cubin) = load_original(ctx, files, &name)?;
@@ -136,7 +132,7 @@ impl TritonKernel {
                 let made = graph_rt_ptx::indirect(ptx.as_bytes(), options)
                     .map_err(|e| Error::ptx(CALL, "the PTX pass refused", e))?;
                 let sig = made.kernels.iter().find(|k| k.name == name);
-                let sig = sig.ok_or_else(no_kernel)?;
+                let sig = sig.ok_or_else(|| no_kernel(&name))?;
                 let slots: Vec<bool> = sig.params.iter().map(|p| p.slot.is_some()).collect();
                 let f = Module::from_ptx(ctx, &made.ptx)?.function(&name)?;
                 (f, false, slots, options.pdl)
@@ -553,11 +549,7 @@ pub(super) fn read(files: &TritonFiles) -> Result<Read> {
             let info = graph_rt_ptx::inspect(ptx.as_bytes())
                 .map_err(|e| Error::ptx(CALL, "the PTX does not parse", e))?;
             let k = info.kernels.into_iter().find(|k| &k.name == name);
-            let k = k.ok_or_else(|| {
-                let reason = format!("the PTX has no kernel `{name}`");
-                Error::misuse(CALL, Misuse::NoSuchKernel, reason)
-            })?;
-            Some(k.params)
+            Some(k.ok_or_else(|| no_kernel(name))?.params)
         }
         None => None,
     };
@@ -566,6 +558,11 @@ pub(super) fn read(files: &TritonFiles) -> Result<Read> {
         ttir,
         ptx_params,
     })
+}
+
+fn no_kernel(name: &str) -> Error {
+    let reason = format!("the PTX has no kernel `{name}`");
+    Error::misuse(CALL, Misuse::NoSuchKernel, reason)
 }
 
 /// Loads the original form: Triton's cubin where it loads on this device, else its PTX.
