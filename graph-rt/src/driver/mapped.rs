@@ -14,7 +14,29 @@ use crate::error::{Error, Misuse, Result};
 
 /// `len` zeroed elements of `T` in page-locked host memory mapped into the device's address
 /// space. The device may read and write it while kernels run, so the host accesses it element by
-/// element with volatile reads and writes, never through a slice.
+/// element with volatile reads and writes, never through a slice. Reads take `&self`, writes
+/// `&mut self`: threads that share the buffer read it, one that owns it (or holds it behind a
+/// lock) writes it.
+///
+/// ```no_run
+/// # fn main() -> graph_rt::Result<()> {
+/// let ctx = graph_rt::Context::new(0)?;
+/// let mut flags = graph_rt::MappedHostBuffer::<u32>::zeroed(&ctx, 4)?;
+/// assert!(flags.write(0, 1));
+/// assert_eq!(flags.read(0), Some(1));
+/// # Ok(()) }
+/// ```
+///
+/// Two threads sharing the buffer cannot write it (the writes would race):
+///
+/// ```compile_fail,E0596
+/// fn race(flags: &graph_rt::MappedHostBuffer<u32>) {
+///     std::thread::scope(|s| {
+///         s.spawn(|| flags.write(0, 1));
+///         s.spawn(|| flags.write(0, 2));
+///     });
+/// }
+/// ```
 pub struct MappedHostBuffer<T: Pod> {
     ptr: *mut T,
     device: CUdeviceptr,
@@ -24,7 +46,8 @@ pub struct MappedHostBuffer<T: Pod> {
 
 // SAFETY: the buffer owns its memory; every access is a volatile element access, as the device's.
 unsafe impl<T: Pod + Send> Send for MappedHostBuffer<T> {}
-// SAFETY: as above: no reference into the memory is ever handed out.
+// SAFETY: no reference into the memory is ever handed out; through a shared reference the host
+// only reads (volatile), and `write` takes `&mut self`, so no two host threads race on an element.
 unsafe impl<T: Pod + Sync> Sync for MappedHostBuffer<T> {}
 
 impl<T: Pod> std::fmt::Debug for MappedHostBuffer<T> {
@@ -102,8 +125,9 @@ impl<T: Pod> MappedHostBuffer<T> {
     }
 
     /// Writes element `i` (a volatile write); out of range writes nothing and returns false.
+    /// It takes `&mut self` so that no other host thread reads or writes the buffer meanwhile.
     #[inline]
-    pub fn write(&self, i: usize, value: T) -> bool {
+    pub fn write(&mut self, i: usize, value: T) -> bool {
         if i >= self.len {
             return false;
         }

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use graph_rt_sys::{CUfunction, CUfunction_attribute as FnAttr, CUjit_option, CUmodule};
 
 use super::call::{cu, cu_code};
+use super::image::{check_image, ELF_MAGIC, FATBIN_MAGIC};
 use super::Context;
 use crate::error::{Error, Misuse, Result};
 
@@ -48,24 +49,51 @@ impl Module {
         Self::load(ctx, text.as_ptr().cast())
     }
 
-    /// Loads a cubin (an ELF image for this GPU's architecture).
+    /// Checks that `image`, a cubin or a fatbin (told by its magic number), is whole before a
+    /// driver call reads it: the driver takes no length and follows the offsets in the image's
+    /// headers. A cubin's ELF header, program and section header tables, and the bytes of each
+    /// section and segment must lie within `image`, its string tables end with a NUL, and its
+    /// symbol and relocation tables have entries of their ELF size; a fatbin's header and the
+    /// payload size it announces must lie within `image` (its entries, whose layout NVIDIA does
+    /// not publish, are the driver's to bound). What the sections hold is the driver's to judge.
+    ///
+    /// Errors: [`Misuse::WrongImage`] for neither format, [`Misuse::MalformedImage`] (naming the
+    /// header, section or segment and where it ends) for an image cut short or whose headers
+    /// point past its end.
+    pub fn check_image(image: &[u8]) -> Result<()> {
+        check_image("Module::check_image", "the image", image).map(|_| ())
+    }
+
+    /// Loads a cubin or a fatbin (told by its magic number) after [`Module::check_image`]: the
+    /// checked form of [`Module::from_cubin`] and [`Module::from_fatbin`], for images read from
+    /// files or given by callers.
+    pub fn from_image(ctx: &Context, image: &[u8]) -> Result<Self> {
+        check_image("Module::from_image", "the image", image)?;
+        Self::load_binary(ctx, image)
+    }
+
+    /// Loads a cubin (an ELF image for this GPU's architecture) without checking its headers;
+    /// [`Module::from_image`] checks them.
     ///
     /// # Safety
-    /// `image` must be a complete, well-formed cubin: the driver takes no length and trusts the
-    /// offsets in its headers (graph-rt only checks the magic number).
+    /// `image` must be a whole, well-formed cubin: the driver takes no length, so every header,
+    /// section and segment its headers point at must lie within `image` (what
+    /// [`Module::check_image`] checks). graph-rt only checks the magic number here.
     pub unsafe fn from_cubin(ctx: &Context, image: &[u8]) -> Result<Self> {
-        Self::from_binary(ctx, image, b"\x7fELF", "cubin")
+        Self::with_magic(ctx, image, ELF_MAGIC, "cubin")
     }
 
-    /// Loads a fatbin (as written by `nvcc -fatbin`).
+    /// Loads a fatbin (as written by `nvcc -fatbin`) without checking its headers;
+    /// [`Module::from_image`] checks them.
     ///
     /// # Safety
-    /// As [`Module::from_cubin`]: a complete, well-formed fatbin.
+    /// As [`Module::from_cubin`]: a whole, well-formed fatbin, its header, its entries and what
+    /// they hold within `image`.
     pub unsafe fn from_fatbin(ctx: &Context, image: &[u8]) -> Result<Self> {
-        Self::from_binary(ctx, image, &0xBA55_ED50u32.to_le_bytes(), "fatbin")
+        Self::with_magic(ctx, image, &FATBIN_MAGIC, "fatbin")
     }
 
-    fn from_binary(ctx: &Context, image: &[u8], magic: &[u8], kind: &str) -> Result<Self> {
+    fn with_magic(ctx: &Context, image: &[u8], magic: &[u8], kind: &str) -> Result<Self> {
         if !image.starts_with(magic) {
             return Err(Error::misuse(
                 "cuModuleLoadDataEx",
@@ -73,6 +101,11 @@ impl Module {
                 format!("the image is not a {kind} (wrong magic number)"),
             ));
         }
+        Self::load_binary(ctx, image)
+    }
+
+    // A binary image whose framing was checked, or promised by an unsafe caller.
+    fn load_binary(ctx: &Context, image: &[u8]) -> Result<Self> {
         // The driver reads the image through typed headers: give it 8-byte-aligned memory.
         let mut aligned = vec![0u64; image.len().div_ceil(8)];
         bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..image.len()].copy_from_slice(image);

@@ -241,8 +241,13 @@ pub enum Misuse {
     NoSuchKernel,
     /// An image that does not start with the magic number of its format (a cubin's ELF header,
     /// a fatbin's): load it with the call of its format (`from_cubin`, `from_fatbin`,
-    /// `from_ptx`).
+    /// `from_ptx`; `from_image` takes either binary format).
     WrongImage,
+    /// A cubin or fatbin whose headers do not fit in its bytes: shorter than its header, or a
+    /// header table, section or segment that reaches past its end (a file cut short by an
+    /// interrupted write or a full disk). The driver takes no length, so graph-rt refuses it
+    /// before the driver reads it: give the whole image as its compiler wrote it.
+    MalformedImage,
     /// The PTX pass refused the PTX or the options, or could not read the PTX: `error` says
     /// why (match on it); change the selection of parameters, or use the original form.
     Ptx {

@@ -37,6 +37,24 @@ fn triton_fixtures_give_tritons_bytes_in_every_form() {
     }
 }
 
+/// A cubin cut short is a typed error, never handed to the driver (which takes no length), and
+/// never silently replaced by the PTX beside it.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn triton_cubins_cut_short_are_refused_by_load() {
+    let ctx = super::ctx();
+    let whole = Case::fixture(&TRITON_FIXTURES[0]).files;
+    let cubin = whole.cubin.clone().unwrap();
+    for cut in [4, 63, cubin.len() / 2, cubin.len() - 1] {
+        let mut files = whole.clone();
+        files.cubin = Some(cubin[..cut].to_vec());
+        let e = TritonKernel::load(&ctx, &files, TritonForm::Original).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::MalformedImage), "{e}");
+        let e = crate::Module::from_image(&ctx, &cubin[..cut]).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::MalformedImage), "{e}");
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU of compute capability 9.0 (the fixtures are sm_90a)"]
 fn triton_table_forms_in_graphs_rebound_every_replay_stay_right() {

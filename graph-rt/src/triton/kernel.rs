@@ -12,11 +12,13 @@ use parking_lot::Mutex;
 use super::arg::{ArgKind, TritonArg};
 use super::check::check_args;
 use super::files::TritonFiles;
-use super::meta::{ttir_args, TritonMetadata};
-use crate::driver::{Context, DeviceBuffer, Function, Module, Stream};
+use super::meta::{ttir_args, TritonMetadata, TtirArg};
+use crate::driver::{check_image, Context, DeviceBuffer, Function, Module, Stream};
 use crate::error::{Error, Misuse, Result};
 use crate::graph::{CaptureScope, CapturedNode};
 use crate::launch::{KernelArgList, LaunchConfig};
+
+const CALL: &str = "TritonKernel::load";
 
 /// Which form of the kernel to load.
 #[derive(Debug, Clone)]
@@ -111,28 +113,12 @@ impl TritonKernel {
         form: TritonForm,
         given: Option<&[bool]>,
     ) -> Result<Self> {
-        const CALL: &str = "TritonKernel::load";
-        let meta = TritonMetadata::from_json(&files.metadata)?;
+        let Read {
+            meta,
+            ttir,
+            ptx_params,
+        } = read(files)?;
         let name = meta.name.clone();
-        let ttir = files
-            .ttir
-            .as_deref()
-            .map(|t| ttir_args(t, &name))
-            .transpose()?;
-        let no_kernel = || {
-            let reason = format!("the PTX has no kernel `{name}`");
-            Error::misuse(CALL, Misuse::NoSuchKernel, reason)
-        };
-        // The PTX parameters (types), where there is PTX.
-        let ptx_params = match &files.ptx {
-            Some(ptx) => {
-                let info = graph_rt_ptx::inspect(ptx.as_bytes())
-                    .map_err(|e| Error::ptx(CALL, "the PTX does not parse", e))?;
-                let k = info.kernels.into_iter().find(|k| k.name == name);
-                Some(k.ok_or_else(no_kernel)?.params)
-            }
-            None => None,
-        };
         let (function, from_cubin, slots, pdl) = match &form {
             TritonForm::Original => {
                 let (f, cubin) = load_original(ctx, files, &name)?;
@@ -146,7 +132,7 @@ impl TritonKernel {
                 let made = graph_rt_ptx::indirect(ptx.as_bytes(), options)
                     .map_err(|e| Error::ptx(CALL, "the PTX pass refused", e))?;
                 let sig = made.kernels.iter().find(|k| k.name == name);
-                let sig = sig.ok_or_else(no_kernel)?;
+                let sig = sig.ok_or_else(|| no_kernel(&name))?;
                 let slots: Vec<bool> = sig.params.iter().map(|p| p.slot.is_some()).collect();
                 let f = Module::from_ptx(ctx, &made.ptx)?.function(&name)?;
                 (f, false, slots, options.pdl)
@@ -536,12 +522,55 @@ impl TritonKernel {
     }
 }
 
+/// What loading reads from the files before any driver call.
+pub(super) struct Read {
+    pub(super) meta: TritonMetadata,
+    pub(super) ttir: Option<Vec<TtirArg>>,
+    /// The PTX parameters (types), where there is PTX.
+    pub(super) ptx_params: Option<Vec<graph_rt_ptx::ParamInfo>>,
+}
+
+/// Parses the metadata, the TTIR and the PTX, and checks that the cubin is whole (its headers
+/// within its bytes), so that files cut short or put together by hand are refused before the
+/// driver reads them.
+pub(super) fn read(files: &TritonFiles) -> Result<Read> {
+    let meta = TritonMetadata::from_json(&files.metadata)?;
+    let name = &meta.name;
+    if let Some(cubin) = &files.cubin {
+        check_image(CALL, &format!("{name}.cubin"), cubin)?;
+    }
+    let ttir = files
+        .ttir
+        .as_deref()
+        .map(|t| ttir_args(t, name))
+        .transpose()?;
+    let ptx_params = match &files.ptx {
+        Some(ptx) => {
+            let info = graph_rt_ptx::inspect(ptx.as_bytes())
+                .map_err(|e| Error::ptx(CALL, "the PTX does not parse", e))?;
+            let k = info.kernels.into_iter().find(|k| &k.name == name);
+            Some(k.ok_or_else(|| no_kernel(name))?.params)
+        }
+        None => None,
+    };
+    Ok(Read {
+        meta,
+        ttir,
+        ptx_params,
+    })
+}
+
+fn no_kernel(name: &str) -> Error {
+    let reason = format!("the PTX has no kernel `{name}`");
+    Error::misuse(CALL, Misuse::NoSuchKernel, reason)
+}
+
 /// Loads the original form: Triton's cubin where it loads on this device, else its PTX.
 fn load_original(ctx: &Context, files: &TritonFiles, name: &str) -> Result<(Function, bool)> {
     if let Some(cubin) = &files.cubin {
-        // SAFETY: a cubin from Triton's cache for this kernel; the driver validates the image,
-        // and its kernel is launched only with arguments checked against its parameters.
-        match unsafe { Module::from_cubin(ctx, cubin) } {
+        // Checked whole in `read`, and checked again here; a cubin the driver refuses (built
+        // for another GPU) falls back to the PTX.
+        match Module::from_image(ctx, cubin) {
             Ok(m) => return Ok((m.function(name)?, true)),
             Err(e) if files.ptx.is_none() => return Err(e),
             // Built for another GPU: the PTX is JIT-compiled below (TritonKernel::from_cubin
@@ -551,7 +580,7 @@ fn load_original(ctx: &Context, files: &TritonFiles, name: &str) -> Result<(Func
     }
     let ptx = files.ptx.as_deref().ok_or_else(|| {
         let reason = "neither a cubin nor PTX was given";
-        Error::misuse("TritonKernel::load", Misuse::MissingInput, reason)
+        Error::misuse(CALL, Misuse::MissingInput, reason)
     })?;
     Ok((Module::from_ptx(ctx, ptx)?.function(name)?, false))
 }

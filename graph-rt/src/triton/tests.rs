@@ -122,3 +122,28 @@ fn cache_files_are_read_by_name_and_missing_ones_said() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cubin cut short (a hand-built `TritonFiles`, Triton interrupted mid-write, a full disk) is
+/// refused by what `TritonKernel::load` does before its first driver call.
+#[test]
+fn a_cubin_cut_short_is_refused_before_any_driver_call() {
+    use super::files::TritonFiles;
+    use super::kernel::read;
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../triton-fixtures/add");
+    let mut files = TritonFiles::read(std::path::Path::new(dir), "add_kernel").unwrap();
+    let whole = files.cubin.clone().unwrap();
+    read(&files).unwrap();
+    for (cubin, says) in [
+        (
+            b"\x7fELF".to_vec(),
+            "add_kernel.cubin (4 bytes, a cubin): shorter than an ELF header (64 bytes)",
+        ),
+        (whole[..whole.len() / 2].to_vec(), "table ends at byte"),
+    ] {
+        files.cubin = Some(cubin);
+        let e = read(&files).err().expect("accepted a cubin cut short");
+        assert_eq!(e.misuse_kind(), Some(&Misuse::MalformedImage), "{e}");
+        assert_eq!(e.call(), Some("TritonKernel::load"));
+        assert!(e.to_string().contains(says), "{e}");
+    }
+}
