@@ -127,6 +127,22 @@ fn an_undeclared_grid_changed_every_call_gives_no_wrong_result_under_the_debug_d
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn without_validation_an_undeclared_grid_replays_the_captured_work_silently() {
+    // What every step did before validation (and does with it off): the captured grid and
+    // length replayed, no error.
+    let options = StepOptions {
+        validation: Validation::off(),
+        ..StepOptions::default()
+    };
+    let calls = sized(200, 20, 10);
+    let (outcomes, mode) = undeclared_length(options, calls);
+    assert_eq!(count(&outcomes, Outcome::Diverged), 0, "{outcomes:?}");
+    assert_eq!(count(&outcomes, Outcome::Wrong), calls, "{outcomes:?}");
+    assert!(mode.starts_with("Graph"), "{mode}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn an_undeclared_grid_is_caught_within_n_calls_when_every_nth_call_validates() {
     const EVERY: u32 = 16;
     let options = StepOptions {
