@@ -46,13 +46,7 @@ impl Stream {
     /// [`Stream::capture`]; cudarc's event tracking stays as it is (see the [module
     /// docs](self) for what that means for captures of cudarc's own launches).
     pub fn from_cudarc(stream: &Arc<CudaStream>) -> Result<Self> {
-        let ctx = Context::from_cudarc(stream.context())?;
-        Ok(Self::wrap_cudarc(
-            stream.cu_stream().cast(),
-            &ctx,
-            stream.clone(),
-            false,
-        ))
+        Self::cudarc(stream, false)
     }
 
     /// A cudarc `CudaStream` whose captures through graph-rt ([`Stream::capture`],
@@ -68,12 +62,17 @@ impl Stream {
     /// whose graphs keep them alive); and no other thread relies on cudarc's tracking of the
     /// context while a capture runs.
     pub unsafe fn from_cudarc_pausing_tracking(stream: &Arc<CudaStream>) -> Result<Self> {
+        Self::cudarc(stream, true)
+    }
+
+    fn cudarc(stream: &Arc<CudaStream>, pauses_tracking: bool) -> Result<Self> {
         let ctx = Context::from_cudarc(stream.context())?;
+        let raw = stream.cu_stream().cast();
         Ok(Self::wrap_cudarc(
-            stream.cu_stream().cast(),
+            raw,
             &ctx,
             stream.clone(),
-            true,
+            pauses_tracking,
         ))
     }
 }

@@ -8,6 +8,24 @@ use crate::{CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, Stream};
 
 const N: usize = 4096;
 
+/// `add1(x, y, n)` of `kernels::CHAIN`, loaded through cudarc.
+fn add1_of(cctx: &std::sync::Arc<CudaContext>) -> cudarc::driver::CudaFunction {
+    let ptx = cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx);
+    cctx.load_module(ptx)
+        .unwrap()
+        .load_function("add1")
+        .unwrap()
+}
+
+/// cudarc's launch configuration over `N` elements.
+fn cudarc_config() -> cudarc::driver::LaunchConfig {
+    cudarc::driver::LaunchConfig {
+        grid_dim: (N as u32 / 256, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
@@ -31,16 +49,8 @@ fn cudarc_buffers_moved_into_graph_rt_capture_on_a_cudarc_stream() {
     // SAFETY: the slices captured below are kept alive and unwritten by cudarc's other stream
     // while the graph replays (the test synchronizes before touching them).
     let stream = unsafe { Stream::from_cudarc_pausing_tracking(&s1) }.unwrap();
-    let cu_f = cctx
-        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
-        .unwrap()
-        .load_function("add1")
-        .unwrap();
-    let cu_cfg = cudarc::driver::LaunchConfig {
-        grid_dim: (cfg.grid.x, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cu_f = add1_of(&cctx);
+    let cu_cfg = cudarc_config();
     let launch = |x: &cudarc::driver::CudaSlice<f32>, y: &mut cudarc::driver::CudaSlice<f32>| {
         let mut b = s1.launch_builder(&cu_f);
         b.arg(x).arg(y).arg(&n);
@@ -124,17 +134,8 @@ fn cudarc_launches_on_a_cudarc_stream_as_a_step_rebound_to_fresh_cudarc_slices()
     // SAFETY: the step keeps the slices it is bound to (moved into graph-rt) alive.
     let stream = unsafe { Stream::from_cudarc_pausing_tracking(&s1) }.unwrap();
     let ctx = stream.context().clone();
-    let cu_f = cctx
-        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
-        .unwrap()
-        .load_function("add1")
-        .unwrap();
-    let cfg = LaunchConfig::for_elements(N, 256);
-    let cu_cfg = cudarc::driver::LaunchConfig {
-        grid_dim: (cfg.grid.x, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cu_f = add1_of(&cctx);
+    let cu_cfg = cudarc_config();
     let n = N as i32;
     // Fresh cudarc slices, written on cudarc's other stream (tracked), moved into graph-rt.
     let fresh = || {
@@ -199,16 +200,8 @@ fn a_cudarc_stream_leaves_cudarc_event_tracking_on_in_its_captures_unless_the_ca
     assert!(cctx.is_event_tracking());
     let x = s2.clone_htod(&random_f32(N)).unwrap();
     let mut y = s2.alloc_zeros::<f32>(N).unwrap();
-    let cu_f = cctx
-        .load_module(cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx))
-        .unwrap()
-        .load_function("add1")
-        .unwrap();
-    let cu_cfg = cudarc::driver::LaunchConfig {
-        grid_dim: (N as u32 / 256, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
+    let cu_f = add1_of(&cctx);
+    let cu_cfg = cudarc_config();
     let n = N as i32;
     let stream = Stream::from_cudarc(&s1).unwrap();
     let mut tracking_inside = None;
