@@ -536,7 +536,7 @@ impl Shared {
             self.exit_leaked.fetch_add(1, Ordering::Relaxed);
         } else {
             tracing::warn!(
-                "graph-rt: a batch parked during a capture that has not ended is leaked"
+                "graph-rt: a batch whose point has not passed (a capture that has not ended, or an event whose wait stays refused) is leaked"
             );
         }
         std::mem::forget(e.parked);
