@@ -191,13 +191,9 @@ impl Cublas {
                 "the capture is of another stream than the handle's",
             ));
         }
-        self.recording.set(true);
+        let recording = Recording::begin(self, scope);
         let r = gemms(self);
-        self.recording.set(false);
-        for res in self.kept.take() {
-            scope.keep_alive(res);
-        }
-        scope.keep_alive(self.workspace_resource());
+        drop(recording);
         r
     }
 
@@ -478,6 +474,32 @@ impl<'a, T: bytemuck::Pod> From<&'a DeviceBuffer<T>> for Operand<'a> {
             len: b.len(),
             allocation: b.allocation(),
         }
+    }
+}
+
+/// A [`Cublas::record`] under way: its end, on every path (a panic of the GEMMs' closure
+/// included), hands the scope what the GEMMs used and the workspace, and restores the flag
+/// that lets GEMMs on the capturing stream through.
+struct Recording<'a, 's> {
+    blas: &'a Cublas,
+    scope: &'a crate::CaptureScope<'s>,
+    was: bool,
+}
+
+impl<'a, 's> Recording<'a, 's> {
+    fn begin(blas: &'a Cublas, scope: &'a crate::CaptureScope<'s>) -> Self {
+        let was = blas.recording.replace(true);
+        Self { blas, scope, was }
+    }
+}
+
+impl Drop for Recording<'_, '_> {
+    fn drop(&mut self) {
+        self.blas.recording.set(self.was);
+        for res in self.blas.kept.take() {
+            self.scope.keep_alive(res);
+        }
+        self.scope.keep_alive(self.blas.workspace_resource());
     }
 }
 

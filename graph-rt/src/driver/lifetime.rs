@@ -19,7 +19,13 @@
 //!
 //! The release thread (one per context, started by the first park, deferred drop or
 //! instantiation) polls the points with `cuEventQuery`, backing off up to a millisecond while
-//! none has passed, and sleeps while nothing is parked. `Context::poll` releases what has passed
+//! none has passed, and sleeps while nothing is parked. An event has passed once its query (or
+//! wait) answers success, or a sticky error: the context is broken for good and runs nothing any
+//! more. Any other answer, such as a refusal (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` while
+//! another library's global-mode capture runs), says nothing about the work: the batch stays
+//! parked and is looked at again; a refused wait polls for the capture gate's patience, then
+//! gives up without releasing (at teardown and exit, such a batch is leaked, never released
+//! early). `Context::poll` releases what has passed
 //! on the calling thread, `Context::synchronize` everything parked before it once the device is
 //! idle.
 //!
@@ -41,8 +47,13 @@
 //! releasing thread holds [`capture_lock`] exclusively while it releases (never while it waits
 //! for a point: it waits first, then takes the lock for what is ready), and graph-rt's captures
 //! in global mode hold it shared, so the two never overlap. A global-mode capture that graph-rt
-//! did not start (another library's) is not seen: start those in thread-local mode, or call
-//! `Context::synchronize` first. A release that waits for the whole context (a foreign owner's
+//! did not start (another library's) is not seen. The threads graph-rt starts to release (the
+//! release thread, the exit hook's) run in relaxed capture interaction mode
+//! (`cuThreadExchangeStreamCaptureMode`), so that the driver neither refuses their event
+//! queries, event waits and frees during such a capture nor breaks the capture for them
+//! (`wip/capture-modes/relaxed.c` probes this). Releases on a user's thread (`Context::poll`,
+//! `Context::synchronize`, teardown) run in that thread's mode: start foreign captures in
+//! thread-local mode, or make no such call while one runs. A release that waits for the whole context (a foreign owner's
 //! guard, a cuBLAS handle) passes `capture_gate` too, which lets graph-rt's captures of the
 //! context in any mode end first; nothing is released in place on a thread that captures.
 //!
@@ -74,6 +85,7 @@ use self::lock::{capturing, releasing, Blocked, Exclusive};
 pub(crate) use self::point::{point_after, Point, Progress};
 use self::thread::{is_release_thread_of, on_release_thread, release_thread};
 use super::stream::StreamInner;
+use crate::driver::cu;
 use crate::error::Result;
 
 /// Something parked: anything whose drop frees what the device may use.
@@ -395,6 +407,22 @@ impl Shared {
         }
     }
 
+    /// Puts this thread, one that graph-rt started for the queue, in relaxed stream-capture
+    /// interaction mode (`cuThreadExchangeStreamCaptureMode`): in the default (global) mode, a
+    /// capture in global mode that graph-rt does not see (another library's) would have the
+    /// driver refuse this thread's event queries and frees, and each refusal breaks that
+    /// capture. Not in CPU tests (no context).
+    fn relax_capture_interaction(&self) {
+        if self.ctx == 0 {
+            return;
+        }
+        let mut mode = graph_rt_sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in/out pointer; the call changes this thread's mode only.
+        if let Err(e) = unsafe { cu!(cuThreadExchangeStreamCaptureMode(&mut mode)) } {
+            tracing::warn!(error = %e, "graph-rt: a release thread stays in the global capture interaction mode: another library's global-mode capture may refuse (and lose) its calls");
+        }
+    }
+
     /// Releases what may be released now (points passed, or parked before `idle_before` when
     /// the context has been synchronized since), and what those releases park in turn, until
     /// nothing more is ready. The caller holds [`Exclusive`]. Returns how many batches it
@@ -508,7 +536,7 @@ impl Shared {
             self.exit_leaked.fetch_add(1, Ordering::Relaxed);
         } else {
             tracing::warn!(
-                "graph-rt: a batch parked during a capture that has not ended is leaked"
+                "graph-rt: a batch whose point has not passed (a capture that has not ended, or an event whose wait stays refused) is leaked"
             );
         }
         std::mem::forget(e.parked);

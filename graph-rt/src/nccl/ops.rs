@@ -128,6 +128,34 @@ pub fn group<R>(calls: impl FnOnce() -> Result<R>) -> Result<R> {
     ended.map(|_| r)
 }
 
+/// A [`Communicator::record`] under way: its end, on every path (a panic of the calls'
+/// closure included), hands the scope what the collectives used and a hold on the
+/// communicator, and restores the stream whose collectives are let through while it captures.
+struct Recording<'a, 's> {
+    comm: &'a Communicator,
+    scope: &'a CaptureScope<'s>,
+    was: Option<graph_rt_sys::CUstream>,
+}
+
+impl<'a, 's> Recording<'a, 's> {
+    fn begin(comm: &'a Communicator, scope: &'a CaptureScope<'s>) -> Self {
+        let was = comm.recording.replace(Some(scope.stream().as_raw()));
+        Self { comm, scope, was }
+    }
+}
+
+impl Drop for Recording<'_, '_> {
+    fn drop(&mut self) {
+        self.comm.recording.set(self.was);
+        for res in self.comm.kept.take() {
+            self.scope.keep_alive(res);
+        }
+        self.comm.inner.graphs.fetch_add(1, Ordering::AcqRel);
+        let held: Resource = Arc::new(GraphHold(self.comm.inner.clone()));
+        self.scope.keep_alive(held);
+    }
+}
+
 fn in_group() -> bool {
     GROUP.with(|g| g.borrow().depth > 0)
 }
@@ -143,15 +171,9 @@ impl Communicator {
         scope: &CaptureScope<'_>,
         calls: impl FnOnce(&Self) -> Result<R>,
     ) -> Result<R> {
-        self.recording.set(Some(scope.stream().as_raw()));
+        let recording = Recording::begin(self, scope);
         let r = calls(self);
-        self.recording.set(None);
-        for res in self.kept.take() {
-            scope.keep_alive(res);
-        }
-        self.inner.graphs.fetch_add(1, Ordering::AcqRel);
-        let held: Resource = Arc::new(GraphHold(self.inner.clone()));
-        scope.keep_alive(held);
+        drop(recording);
         r
     }
 

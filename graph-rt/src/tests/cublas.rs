@@ -511,3 +511,86 @@ fn bf16_gemms_with_an_f32_result_are_the_bf16_products_unrounded() -> Result<()>
     );
     Ok(())
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn a_panic_inside_record_leaves_gemms_on_a_capturing_stream_refused() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let blas = Cublas::new(&stream).unwrap();
+    let b_host = random_f32(N);
+    let ones = DeviceBuffer::from_host(&ctx, &vec![1.0f32; N]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &b_host).unwrap();
+    let mut c = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    gemm(&blas, &ones, &b, &mut c).unwrap();
+    stream.synchronize().unwrap();
+    let graph = stream
+        .capture(CaptureMode::Global, |s| {
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                blas.record(s, |_| -> Result<()> { panic!("the GEMMs' closure panics") })
+            }));
+            assert!(panicked.is_err());
+            // Outside `record` again: refused, as before the panic (its graph would keep
+            // nothing alive).
+            let e = gemm(&blas, &ones, &b, &mut c).unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::Capturing), "{e}");
+            blas.record(s, |blas| gemm(blas, &ones, &b, &mut c))
+        })
+        .unwrap();
+    c.fill_u32(f32::NAN.to_bits()).unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_close(&c.to_vec().unwrap(), &ones_times(&b_host), 1e-5);
+    // The next eager GEMM works, and a GEMM on a capturing stream is still refused.
+    c.fill_u32(f32::NAN.to_bits()).unwrap();
+    gemm(&blas, &ones, &b, &mut c).unwrap();
+    stream.synchronize().unwrap();
+    assert_close(&c.to_vec().unwrap(), &ones_times(&b_host), 1e-5);
+    let r = stream.capture(CaptureMode::Global, |_| gemm(&blas, &ones, &b, &mut c));
+    assert_eq!(r.unwrap_err().misuse_kind(), Some(&Misuse::Capturing));
+    drop((exec, graph));
+    ctx.synchronize().unwrap();
+    assert!(ctx.take_deferred_errors().is_empty());
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU and cuBLAS (GRAPH_RT_CUBLAS or libcublas.so.13/.12 on the loader path)"]
+fn a_panicking_step_closure_leaves_gemms_on_a_capturing_stream_refused() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let blas = Cublas::new(&stream).unwrap();
+    let b_host = random_f32(N);
+    let ones = DeviceBuffer::from_host(&ctx, &vec![1.0f32; N]).unwrap();
+    let b = DeviceBuffer::from_host(&ctx, &b_host).unwrap();
+    let mut c = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    // The step's closure panics inside `StepScope::cublas` while its run is captured (its
+    // first, eager run does not).
+    let captured = std::cell::Cell::new(false);
+    let step = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        crate::step::Step::new(
+            &stream,
+            crate::step::StepParams::new(&ctx, 1).unwrap(),
+            crate::step::StepOptions::default(),
+            |s| {
+                s.cublas(&blas, |blas| {
+                    if stream.capture_status()? != crate::CaptureStatus::None {
+                        captured.set(true);
+                        panic!("the step's GEMMs panic while captured");
+                    }
+                    gemm(blas, &ones, &b, &mut c)
+                })
+            },
+        )
+        .map(drop)
+    }));
+    assert!(step.is_err(), "the step's capture did not panic");
+    assert!(captured.get(), "the panic was not inside the capture");
+    assert_eq!(stream.capture_status().unwrap(), crate::CaptureStatus::None);
+    let r = stream.capture(CaptureMode::Global, |_| gemm(&blas, &ones, &b, &mut c));
+    assert_eq!(r.unwrap_err().misuse_kind(), Some(&Misuse::Capturing));
+    c.fill_u32(f32::NAN.to_bits()).unwrap();
+    gemm(&blas, &ones, &b, &mut c).unwrap();
+    stream.synchronize().unwrap();
+    assert_close(&c.to_vec().unwrap(), &ones_times(&b_host), 1e-5);
+}

@@ -502,3 +502,108 @@ fn the_exit_path_has_the_release_thread_destroy_parked_cublas_handles() {
     // Closed as at exit: what is dropped now is released where it is dropped.
     drop((long, stream, ctx));
 }
+
+/// Another library's capture (raw `cuStreamBeginCapture` in global mode, which graph-rt's
+/// capture gate and capture lock do not see) runs while graph-rt's release thread polls and
+/// releases an exec and 256 MiB parked behind a long launch: the release thread, in relaxed
+/// capture interaction mode, is neither refused nor breaks the capture; the memory comes back
+/// during it, once the launch has ended; the captured graph ends, instantiates and runs.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_foreign_global_capture_survives_the_release_thread_releasing_meanwhile() {
+    use graph_rt_sys::{CUresult, CUstreamCaptureMode};
+
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let foreign = Stream::new(&ctx).unwrap();
+    let add1 = function(&ctx, &graph_rt_kernels::CHAIN, "add1");
+    let (x, y) = (
+        DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+        DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap(),
+    );
+    let mut long = Long::new(&ctx);
+    let kept = chunks(&ctx, 4, 64 << 20);
+    let watched: Vec<Weak<Allocation>> = kept.iter().map(weak).collect();
+    let exec = long.exec(&stream, &kept);
+    exec.launch(&stream).unwrap();
+    // Parked behind the launch: released by the release thread once it has ended.
+    drop((exec, kept));
+
+    let raw_ctx = ctx.as_raw() as usize;
+    let (raw_foreign, raw_add1) = (foreign.as_raw() as usize, add1.as_raw() as usize);
+    let (px, py) = (x.as_raw(), y.as_raw());
+    // The other library's thread: nothing of graph-rt, raw driver calls only; between the
+    // capture's begin and end it makes no call, only watches the parked memory go.
+    let (begun, released, ended, graph) = std::thread::spawn(move || {
+        let s = raw_foreign as graph_rt_sys::CUstream;
+        let global = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL;
+        // SAFETY: a live context, made current on this thread; a live non-blocking stream of it
+        // that nothing else uses; x and y are N-float buffers of the context, alive until the
+        // graph has run; add1's three arguments are (x, y, n), each passed by address.
+        unsafe {
+            graph_rt_sys::cuCtxSetCurrent(raw_ctx as graph_rt_sys::CUcontext).unwrap();
+            let begun = graph_rt_sys::cuStreamBeginCapture(s, global).unwrap();
+            graph_rt_sys::cuMemsetD32Async(px, 7.0f32.to_bits(), N, s).unwrap();
+            let (mut ax, mut ay, mut an) = (px, py, N as i32);
+            let mut args = [
+                &mut ax as *mut _ as *mut std::ffi::c_void,
+                &mut ay as *mut _ as *mut std::ffi::c_void,
+                &mut an as *mut _ as *mut std::ffi::c_void,
+            ];
+            let grid = N.div_ceil(256) as u32;
+            graph_rt_sys::cuLaunchKernel(
+                raw_add1 as graph_rt_sys::CUfunction,
+                grid,
+                1,
+                1,
+                256,
+                1,
+                1,
+                0,
+                s,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+            .unwrap();
+            let released = eventually(|| watched.iter().all(|w| w.strong_count() == 0));
+            std::thread::sleep(Duration::from_millis(50));
+            let mut graph = std::ptr::null_mut();
+            let ended = graph_rt_sys::cuStreamEndCapture(s, &mut graph).unwrap();
+            (begun, released, ended, graph as usize)
+        }
+    })
+    .join()
+    .unwrap();
+    assert_eq!(begun, CUresult::CUDA_SUCCESS);
+    assert_eq!(
+        ended,
+        CUresult::CUDA_SUCCESS,
+        "the foreign capture broke (the release thread's calls were refused)"
+    );
+    assert!(
+        released,
+        "the parked memory was not released during the capture within {:?}",
+        patience()
+    );
+    let graph = graph as graph_rt_sys::CUgraph;
+    let mut exec = std::ptr::null_mut();
+    // SAFETY: the graph the capture made, instantiated, run on the foreign stream and waited
+    // for, then destroyed; x and y outlive the run.
+    unsafe {
+        let r = graph_rt_sys::cuGraphInstantiate(&mut exec, graph, 0).unwrap();
+        assert_eq!(r, CUresult::CUDA_SUCCESS);
+        let r = graph_rt_sys::cuGraphLaunch(exec, foreign.as_raw()).unwrap();
+        assert_eq!(r, CUresult::CUDA_SUCCESS);
+        let r = graph_rt_sys::cuStreamSynchronize(foreign.as_raw()).unwrap();
+        assert_eq!(r, CUresult::CUDA_SUCCESS);
+        graph_rt_sys::cuGraphExecDestroy(exec).unwrap();
+        graph_rt_sys::cuGraphDestroy(graph).unwrap();
+    }
+    assert!(
+        y.to_vec().unwrap().iter().all(|&v| v == 8.0),
+        "the captured add1 did not run"
+    );
+    assert!(eventually(|| ctx.parked_batches() == 0));
+    assert!(ctx.take_deferred_errors().is_empty());
+    drop(long);
+}

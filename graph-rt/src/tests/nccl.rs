@@ -634,3 +634,47 @@ fn nccl_a_step_whose_collective_is_a_copy_runs_eagerly_and_says_why() {
     .unwrap_err();
     assert_eq!(misuse(e), Misuse::ParamCopied);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
+fn nccl_a_panic_inside_record_leaves_collectives_on_a_capturing_stream_refused() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let comm = one_rank(&ctx);
+    let host = random_f32(N);
+    let x = DeviceBuffer::from_host(&ctx, &host).unwrap();
+    let mut y = DeviceBuffer::<f32>::zeroed(&ctx, N).unwrap();
+    let graph = stream
+        .capture(CaptureMode::ThreadLocal, |s| {
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                comm.record(s, |_| -> crate::Result<()> {
+                    panic!("the collectives' closure panics")
+                })
+            }));
+            assert!(panicked.is_err());
+            // Outside `record` again: refused, as before the panic.
+            let e = comm
+                .all_reduce(&x, &mut y, ReduceOp::Sum, &stream)
+                .unwrap_err();
+            assert_eq!(misuse(e), Misuse::Capturing);
+            comm.record(s, |c| c.all_reduce(&x, &mut y, ReduceOp::Sum, s.stream()))
+        })
+        .unwrap();
+    y.fill_u32(f32::NAN.to_bits()).unwrap();
+    let exec = graph.instantiate().unwrap();
+    exec.launch(&stream).unwrap();
+    stream.synchronize().unwrap();
+    assert_eq!(y.to_vec().unwrap(), host, "the recorded sum of one rank");
+    // Eager collectives work, and one on a capturing stream is still refused.
+    y.fill_u32(f32::NAN.to_bits()).unwrap();
+    comm.all_reduce(&x, &mut y, ReduceOp::Sum, &stream).unwrap();
+    comm.synchronize(&stream, Duration::from_secs(30)).unwrap();
+    assert_eq!(y.to_vec().unwrap(), host, "the eager sum of one rank");
+    let r = stream.capture(CaptureMode::ThreadLocal, |_| {
+        comm.all_reduce(&x, &mut y, ReduceOp::Sum, &stream)
+    });
+    assert_eq!(misuse(r.unwrap_err()), Misuse::Capturing);
+    drop((exec, graph));
+    ctx.synchronize().unwrap();
+    assert!(ctx.take_deferred_errors().is_empty());
+}

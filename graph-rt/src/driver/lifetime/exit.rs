@@ -299,7 +299,10 @@ fn release_elsewhere(shared: &Arc<Shared>, deadline: Instant) {
     let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
         std::thread::Builder::new()
             .name("graph-rt-exit".into())
-            .spawn(move || theirs.release_everything(CAPTURE_PATIENCE, Some(deadline)))
+            .spawn(move || {
+                theirs.relax_capture_interaction();
+                theirs.release_everything(CAPTURE_PATIENCE, Some(deadline))
+            })
     }));
     match spawned {
         Ok(Ok(handle)) => {

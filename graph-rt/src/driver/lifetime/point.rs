@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use graph_rt_sys::{CUevent, CUevent_flags, CUresult};
+use graph_rt_sys::{CUevent, CUevent_flags, CUresult, LoadError};
 
 use super::super::stream::StreamInner;
 use crate::driver::cu;
@@ -37,6 +37,10 @@ pub(crate) enum Point {
     /// CPU tests' stand-in for an event: passed once the flag is set.
     #[cfg(test)]
     Fake(Arc<std::sync::atomic::AtomicBool>),
+    /// CPU tests' stand-in for an event whose query and wait answer this code (a `CUresult`),
+    /// judged as an event's answers are.
+    #[cfg(test)]
+    FakeEvent(Arc<std::sync::atomic::AtomicU32>),
 }
 
 /// An event graph-rt created for a point, destroyed when the last holder lets go.
@@ -54,22 +58,66 @@ impl Drop for RawEvent {
     }
 }
 
+/// Whether an error leaves the context broken for good ("sticky"): a kernel faulted, the
+/// hardware failed, or the context or the driver is gone. Such a context runs nothing any more,
+/// so nothing of it is still in use.
+pub(super) fn is_sticky(code: CUresult) -> bool {
+    matches!(
+        code,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_TENSOR_MEMORY_LEAK
+            | CUresult::CUDA_ERROR_CONTAINED
+            | CUresult::CUDA_ERROR_EXTERNAL_DEVICE
+            | CUresult::CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUresult::CUDA_ERROR_DEINITIALIZED
+    )
+}
+
+/// Whether an event's query or wait answered that the work before the event is over: it has
+/// completed, or the context is broken for good ([`is_sticky`]). Any other answer is not: the
+/// work may still run — `CUDA_ERROR_NOT_READY`, and a refusal such as
+/// `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (another library's global-mode capture forbids the
+/// call on this thread) or `CUDA_ERROR_STREAM_CAPTURE_IMPLICIT`, which says nothing about the
+/// work.
+pub(super) fn event_passed(answer: &std::result::Result<CUresult, LoadError>) -> bool {
+    match answer {
+        Ok(code) => *code == CUresult::CUDA_SUCCESS || is_sticky(*code),
+        // Unreachable with a live event (the driver was loaded to make it); nothing is known.
+        Err(_) => false,
+    }
+}
+
+/// How long [`Point::wait`] polls an event whose wait was refused (another library's capture
+/// forbids it on this thread), before it gives up and the batch stays unreleased.
+fn refused_wait_patience() -> std::time::Duration {
+    crate::driver::capture_gate::patience()
+}
+
 impl Point {
-    /// Whether the work the point follows has completed, without waiting. An event whose query
-    /// fails with anything but `CUDA_ERROR_NOT_READY` counts as passed: the context is broken
-    /// (a sticky error) and runs nothing any more, or the event cannot tell.
+    /// Whether the work the point follows has completed, without waiting. An event counts as
+    /// passed once its query answers that the work completed or the context is broken for good
+    /// ([`event_passed`]); a refused query (a capture another library runs in global mode)
+    /// counts as not yet, and the batch is looked at again later.
     pub(crate) fn passed(&self) -> bool {
         match self {
             Point::None => true,
             Point::Capturing(_) => false,
             Point::Progress(timeline, at) => timeline.reached(*at),
-            Point::Event(event) => {
-                // SAFETY: a live event we created.
-                let query = unsafe { graph_rt_sys::cuEventQuery(event.0) };
-                !matches!(query, Ok(CUresult::CUDA_ERROR_NOT_READY))
-            }
+            // SAFETY: a live event we created.
+            Point::Event(event) => event_passed(&unsafe { graph_rt_sys::cuEventQuery(event.0) }),
             #[cfg(test)]
             Point::Fake(done) => done.load(std::sync::atomic::Ordering::Acquire),
+            #[cfg(test)]
+            Point::FakeEvent(answer) => event_passed(&Ok(fake_answer(answer))),
         }
     }
 
@@ -78,7 +126,7 @@ impl Point {
         match self {
             Point::Event(_) => Some(self.clone()),
             #[cfg(test)]
-            Point::Fake(_) => Some(self.clone()),
+            Point::Fake(_) | Point::FakeEvent(_) => Some(self.clone()),
             // A timeline advances with later launches, which may never come: not waited for.
             Point::None | Point::Capturing(_) | Point::Progress(..) => None,
         }
@@ -86,7 +134,9 @@ impl Point {
 
     /// Blocks until the point has passed (`cuEventSynchronize`). Returns false for a point that
     /// cannot be waited for: a capture still running, or a timeline that stops short of its
-    /// count. Call on a thread that is not capturing.
+    /// count; and for an event whose wait was refused (another library's global-mode capture)
+    /// and whose queries have not answered passed within the capture gate's patience. Call on a
+    /// thread that is not capturing.
     pub(super) fn wait(&mut self) -> bool {
         self.refresh();
         match self {
@@ -97,10 +147,14 @@ impl Point {
             // tracker: a dropped table's lane lets go of everything with its parked batch).
             Point::Progress(timeline, at) => timeline.reached(*at),
             Point::Event(event) => {
-                // SAFETY: a live event we created. An error (a broken context) ends the wait
-                // too: the device runs nothing any more.
-                let _ = unsafe { graph_rt_sys::cuEventSynchronize(event.0) };
-                true
+                // SAFETY: a live event we created.
+                let answer = unsafe { graph_rt_sys::cuEventSynchronize(event.0) };
+                self.waited(answer)
+            }
+            #[cfg(test)]
+            Point::FakeEvent(answer) => {
+                let answer = Ok(fake_answer(answer));
+                self.waited(answer)
             }
             #[cfg(test)]
             Point::Fake(done) => {
@@ -110,6 +164,21 @@ impl Point {
                 true
             }
         }
+    }
+
+    /// After an event's wait answered `answer`: passed, or (refused: it says nothing about the
+    /// work) polled until it passes, for a while.
+    fn waited(&mut self, answer: std::result::Result<CUresult, LoadError>) -> bool {
+        if event_passed(&answer) {
+            return true;
+        }
+        if let Ok(code) = answer {
+            tracing::debug!(
+                ?code,
+                "graph-rt: an event's wait was refused: polling it instead"
+            );
+        }
+        self.wait_until(std::time::Instant::now() + refused_wait_patience())
     }
 
     /// As [`Point::wait`], giving up at `deadline` (polling): false when the point has not
@@ -144,6 +213,12 @@ impl Point {
     pub(super) fn is_capturing(&self) -> bool {
         matches!(self, Point::Capturing(_))
     }
+}
+
+/// What a [`Point::FakeEvent`] answers.
+#[cfg(test)]
+fn fake_answer(answer: &std::sync::atomic::AtomicU32) -> CUresult {
+    graph_rt_sys::cudaError_enum(answer.load(std::sync::atomic::Ordering::Acquire))
 }
 
 /// A new event recorded at the current end of `stream`, or [`Point::Capturing`] while the

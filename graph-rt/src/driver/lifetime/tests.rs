@@ -4,14 +4,15 @@
 //! (released by the release thread, or a thread started for it, never by the exiting thread),
 //! with several queues at once (points waited for without the capture lock).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use graph_rt_sys::CUresult;
 use parking_lot::Mutex;
 
 use super::lock::CAPTURE_LOCK;
-use super::point::Point;
+use super::point::{event_passed, Point};
 use super::{capture_lock, Parked, Tracker};
 
 /// The tests share [`CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
@@ -663,4 +664,128 @@ fn timeline_points_pass_as_their_timeline_advances_and_synchronize_releases_them
     let mark = q.mark();
     assert_eq!(q.synchronized(mark), 0);
     assert_eq!(*log.lock(), [1, 2, 3]);
+}
+
+/// A fake event whose query and wait answer `code` until told otherwise.
+fn answering(code: CUresult) -> Arc<AtomicU32> {
+    Arc::new(AtomicU32::new(code.0))
+}
+
+/// The refusals another library's global-mode capture brings, and other errors that say
+/// nothing about the work: none of them is the work's end.
+const NOT_PASSED: [CUresult; 7] = [
+    CUresult::CUDA_ERROR_NOT_READY,
+    CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+    CUresult::CUDA_ERROR_STREAM_CAPTURE_IMPLICIT,
+    CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+    CUresult::CUDA_ERROR_INVALID_HANDLE,
+    CUresult::CUDA_ERROR_INVALID_CONTEXT,
+    CUresult::CUDA_ERROR_UNKNOWN,
+];
+
+#[test]
+fn an_event_counts_as_passed_on_success_or_a_sticky_error_only() {
+    let passed = [
+        CUresult::CUDA_SUCCESS,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+        CUresult::CUDA_ERROR_LAUNCH_FAILED,
+        CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION,
+        CUresult::CUDA_ERROR_MISALIGNED_ADDRESS,
+        CUresult::CUDA_ERROR_ASSERT,
+        CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
+        CUresult::CUDA_ERROR_ECC_UNCORRECTABLE,
+        CUresult::CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        CUresult::CUDA_ERROR_DEINITIALIZED,
+    ];
+    for code in passed {
+        assert!(event_passed(&Ok(code)), "{code:?} must count as passed");
+        assert!(Point::FakeEvent(answering(code)).passed(), "{code:?}");
+    }
+    for code in NOT_PASSED {
+        assert!(
+            !event_passed(&Ok(code)),
+            "{code:?} must not count as passed"
+        );
+        assert!(!Point::FakeEvent(answering(code)).passed(), "{code:?}");
+    }
+}
+
+#[test]
+fn a_batch_whose_event_query_is_refused_stays_parked_until_it_passes() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let answer = answering(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    q.retire(
+        Point::FakeEvent(answer.clone()),
+        vec![Box::new(Item(0, log.clone()))],
+    );
+    for code in NOT_PASSED {
+        answer.store(code.0, Ordering::Release);
+        assert_eq!(q.poll(), 1, "released on {code:?}");
+    }
+    assert!(log.lock().is_empty());
+    answer.store(CUresult::CUDA_SUCCESS.0, Ordering::Release);
+    assert_eq!(q.poll(), 0);
+    assert_eq!(*log.lock(), [0]);
+}
+
+#[test]
+fn the_release_thread_keeps_a_batch_whose_event_query_is_refused() {
+    let _serial = SERIAL.lock();
+    let q = Tracker::new(std::ptr::null_mut());
+    let log = Log::default();
+    let answer = answering(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    q.retire(
+        Point::FakeEvent(answer.clone()),
+        vec![Box::new(Item(0, log.clone()))],
+    );
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(log.lock().is_empty(), "released on a refused query");
+    assert_eq!(q.len(), 1);
+    answer.store(CUresult::CUDA_SUCCESS.0, Ordering::Release);
+    eventually("the batch released once its event passed", || {
+        *log.lock() == [0]
+    });
+}
+
+#[test]
+fn a_refused_wait_polls_until_the_event_passes() {
+    let answer = answering(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    let mut point = Point::FakeEvent(answer.clone());
+    let start = Instant::now();
+    let setter = {
+        let answer = answer.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            answer.store(CUresult::CUDA_SUCCESS.0, Ordering::Release);
+        })
+    };
+    assert!(point.wait());
+    assert!(
+        start.elapsed() >= Duration::from_millis(25),
+        "the refused wait ended before the event passed"
+    );
+    setter.join().expect("the setter ran");
+}
+
+#[test]
+fn a_batch_whose_event_is_refused_is_leaked_at_exit_never_released() {
+    let _serial = SERIAL.lock();
+    let q = quiet_queue();
+    let log = Log::default();
+    let answer = answering(CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    q.retire(
+        Point::FakeEvent(answer.clone()),
+        vec![Box::new(Item(0, log.clone()))],
+    );
+    // At exit the wait gives up at the deadline: the batch is leaked, never released early.
+    q.shared.release_everything(
+        Duration::ZERO,
+        Some(Instant::now() + Duration::from_millis(20)),
+    );
+    assert!(
+        log.lock().is_empty(),
+        "released while its event was refused"
+    );
 }

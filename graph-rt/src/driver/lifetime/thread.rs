@@ -55,6 +55,7 @@ impl Drop for Stopped<'_> {
 pub(super) fn release_thread(shared: &Shared) {
     let _ = RELEASE_THREAD.try_with(|t| t.set(shared as *const Shared as usize));
     let _stopped = Stopped(shared);
+    shared.relax_capture_interaction();
     let exit = release_until_closed(shared);
     // The process exits: everything left is released here, not on the exiting thread.
     if let Some(deadline) = exit {
