@@ -102,6 +102,13 @@ pub use graph_rt_ptx as ptx;
 /// The raw driver bindings this crate is built on.
 pub use graph_rt_sys as sys;
 
+/// Fault injection for graph-rt's own tests: built only with `RUSTFLAGS="--cfg graph_rt_fault"`
+/// (no feature turns it on). See [`fault::fail`].
+#[cfg(graph_rt_fault)]
+pub mod fault {
+    pub use crate::driver::fault::{fail, Fault};
+}
+
 /// The manual: graph-rt's workflows, each with an example that compiles (start here).
 pub mod manual;
 

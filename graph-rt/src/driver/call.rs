@@ -7,10 +7,21 @@
 
 /// `cu!(cuFoo(args..))`: calls `graph_rt_sys::cuFoo(args..)` (inside the caller's `unsafe` block,
 /// whose SAFETY note covers the call) and checks the result with
-/// [`check`](crate::error::check), named `"cuFoo"`.
+/// [`check`](crate::error::check), named `"cuFoo"`. In a build with fault injection
+/// (`--cfg graph_rt_fault`, see `driver/fault.rs`) an armed call returns its code instead of
+/// running, but `cuStreamEndCapture` runs first (it ends the capture whatever it returns, and its
+/// caller destroys what it made, as after any failure of it).
 macro_rules! cu {
+    (cuStreamEndCapture ( $($arg:expr),* $(,)? )) => {{
+        let ended = ::graph_rt_sys::cuStreamEndCapture($($arg),*);
+        let injected = $crate::driver::injected("cuStreamEndCapture");
+        $crate::error::check("cuStreamEndCapture", injected.map_or(ended, Ok))
+    }};
     ($f:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::error::check(stringify!($f), ::graph_rt_sys::$f($($arg),*))
+        match $crate::driver::injected(stringify!($f)) {
+            Some(code) => $crate::error::check(stringify!($f), Ok(code)),
+            None => $crate::error::check(stringify!($f), ::graph_rt_sys::$f($($arg),*)),
+        }
     };
 }
 
@@ -19,14 +30,30 @@ pub(crate) use cu;
 /// `cu_code!(cuFoo(args..))`: calls `graph_rt_sys::cuFoo(args..)` (inside the caller's `unsafe`
 /// block) and gives what it returned as a [`Returned`], for callers that handle some result
 /// codes themselves (`CUDA_ERROR_NOT_READY` of a query, say); a driver that cannot be loaded is
-/// an [`Error::Load`](crate::Error::Load).
+/// an [`Error::Load`](crate::Error::Load). Faults are injected as in `cu!`.
 macro_rules! cu_code {
     ($f:ident ( $($arg:expr),* $(,)? )) => {
-        $crate::driver::Returned::of(stringify!($f), ::graph_rt_sys::$f($($arg),*))
+        match $crate::driver::injected(stringify!($f)) {
+            Some(code) => $crate::driver::Returned::of(stringify!($f), Ok(code)),
+            None => $crate::driver::Returned::of(stringify!($f), ::graph_rt_sys::$f($($arg),*)),
+        }
     };
 }
 
 pub(crate) use cu_code;
+
+/// The code a call of `call` made now returns instead of running: a fault armed for it in a
+/// build with fault injection; never otherwise (and then the check costs nothing).
+#[inline(always)]
+pub(crate) fn injected(call: &str) -> Option<graph_rt_sys::CUresult> {
+    #[cfg(graph_rt_fault)]
+    return super::fault::injected(call);
+    #[cfg(not(graph_rt_fault))]
+    {
+        let _ = call;
+        None
+    }
+}
 
 /// What a driver call returned, with the call's name (from [`cu_code!`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,6 +12,8 @@ mod context;
 mod cudarc_tracking;
 mod device;
 mod event;
+#[cfg(graph_rt_fault)]
+pub(crate) mod fault;
 mod image;
 mod lifetime;
 mod mapped;
@@ -22,7 +24,7 @@ mod stream;
 mod view;
 
 pub(crate) use allocation::Allocation;
-pub(crate) use call::{cu, cu_code, Returned};
+pub(crate) use call::{cu, cu_code, injected, Returned};
 pub(crate) use capture_gate::{
     enter_capture, patience as gate_patience, whole_context_wait, CaptureEntry,
 };

@@ -6,7 +6,7 @@ use graph_rt_sys::CUgraphExecUpdateResult as R;
 use super::exec::instantiate_raw;
 use super::graph::{Graph, Node};
 use super::GraphExec;
-use crate::driver::cu;
+use crate::driver::{cu, cu_code};
 use crate::error::{Error, Result};
 
 /// Why `cuGraphExecUpdate` could not apply a graph to an exec (`CUgraphExecUpdateResult`).
@@ -74,9 +74,9 @@ impl GraphExec {
         let r = {
             let _guard = graph.handle.lock("cuGraphExecUpdate").map_err(error)?;
             // SAFETY: valid exec, graph and out-pointer.
-            unsafe { graph_rt_sys::cuGraphExecUpdate(self.raw, graph.raw, &mut info) }
+            unsafe { cu_code!(cuGraphExecUpdate(self.raw, graph.raw, &mut info)) }
         };
-        if r == Ok(graph_rt_sys::CUresult::CUDA_SUCCESS) {
+        if r.is_ok_and(|r| r.ok()) {
             self.updates.set(self.updates.get() + 1);
             self.absorb(graph);
             let h = graph.handle.clone();

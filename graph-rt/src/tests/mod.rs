@@ -10,6 +10,8 @@ mod cublas_shapes;
 #[cfg(feature = "cudarc")]
 mod cudarc;
 mod discover;
+#[cfg(graph_rt_fault)]
+mod faults;
 mod graphs;
 mod identity;
 mod instantiate;
