@@ -7,12 +7,11 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::choose::{CostModel, Mechanism};
 use crate::error::Result;
+use crate::files;
 
 /// The cache directory, when set (first choice).
 pub(crate) const ENV_CACHE_DIR: &str = "GRAPH_RT_CACHE_DIR";
@@ -172,43 +171,35 @@ pub(crate) enum Cached {
     Unreadable(String),
 }
 
-/// Reads the model at `path`.
+/// Reads the model at `path`: a file graph-rt does not read (a symbolic link, which is not
+/// followed, a FIFO, a folder, a file over 64 MiB) is unreadable, and calibrating again
+/// replaces it.
 pub(crate) fn read(path: &Path) -> Cached {
-    match fs::read_to_string(path) {
-        Ok(text) => match CostModel::from_json(&text) {
-            Ok(model) => Cached::Model(model),
-            Err(e) => Cached::Unreadable(e.to_string()),
+    let rules = files::Rules {
+        cap: files::cap::JSON_STATE,
+        private: false,
+    };
+    match files::read(path, rules) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => match CostModel::from_json(&text) {
+                Ok(model) => Cached::Model(model),
+                Err(e) => Cached::Unreadable(e.to_string()),
+            },
+            Err(_) => Cached::Unreadable(format!("{} is not UTF-8", path.display())),
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Cached::Missing,
-        Err(e) => Cached::Unreadable(e.to_string()),
+        Err(files::Refusal::Missing) => Cached::Missing,
+        Err(refusal) => Cached::Unreadable(refusal.describe(path)),
     }
 }
 
-/// Writes `model` to `path` atomically: into a temporary file of the same directory (created if
-/// need be), flushed to disk, then renamed over `path`, so that a reader sees the old file or
-/// the new one, never a part (another process calibrating at the same time writes its own
-/// temporary file; the last rename wins).
+/// Writes `model` to `path` atomically (the folder created if need be): see
+/// [`files::write_atomic`]. Another process calibrating at the same time writes its own
+/// temporary file; the last rename wins.
 pub(crate) fn write(path: &Path, model: &CostModel) -> std::io::Result<()> {
-    static UNIQUE: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    fs::create_dir_all(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        UNIQUE.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(model.to_json().as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        // Best effort: the write failed already, and that failure is what is reported.
-        let _ = fs::remove_file(&tmp);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
     }
-    written
+    files::write_atomic(path, model.to_json().as_bytes(), 0o644)
 }
 
 /// The model wanted: of which device, measuring which mechanisms at which chain sizes.
