@@ -200,3 +200,39 @@ pub(crate) unsafe fn symbol<T: Copy>(
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_program_that_runs_too_long_is_killed_at_its_deadline() {
+        let start = Instant::now();
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", "echo partial; exec sleep 30"]);
+        let e = output_within(c, Duration::from_millis(300)).unwrap_err();
+        assert!(e.contains("killed"), "{e}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+        // A process it leaves behind holding the pipe does not hold the caller.
+        let start = Instant::now();
+        let mut c = std::process::Command::new("sh");
+        c.args(["-c", "echo /usr; sleep 30 &"]);
+        assert_eq!(output_within(c, Duration::from_secs(5)).unwrap(), b"/usr\n");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        let e = output_within(std::process::Command::new("false"), Duration::from_secs(5));
+        assert!(e.unwrap_err().contains("ended with"));
+        let e = output_within(
+            std::process::Command::new("/nonexistent/python3"),
+            Duration::from_secs(5),
+        );
+        assert!(e.unwrap_err().contains("cannot start it"));
+    }
+
+    #[test]
+    fn relative_roots_are_dropped() {
+        let roots = absolute_roots("PYTHONPATH", OsStr::new(":a:/b::./c:/d/e:"));
+        assert_eq!(roots, [PathBuf::from("/b"), PathBuf::from("/d/e")]);
+        assert_eq!(absolute_root("HOME", PathBuf::from("home")), None);
+    }
+}

@@ -278,4 +278,183 @@ pub(crate) fn check_named_library(path: &Path) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Duration;
+
+    /// A fresh folder of the temporary folder.
+    pub(crate) fn temp(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("graph-rt-files-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        dir
+    }
+
+    const RULES: Rules = Rules {
+        cap: 1 << 20,
+        private: false,
+    };
+
+    #[test]
+    fn a_fifo_is_refused_at_once_not_waited_on() {
+        let dir = temp("fifo");
+        let fifo = dir.join("k.json");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || tx.send(read(&f, RULES).map(|_| ())));
+        // No writer ever comes: a blocking open would never return.
+        let got = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("the read blocked on a FIFO");
+        assert!(matches!(got, Err(Refusal::NotRegular("a FIFO"))), "{got:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_over_its_cap_is_refused_before_it_is_read() {
+        let dir = temp("large");
+        let path = dir.join("big");
+        // Sparse: a terabyte that takes no disk.
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let e = read(&path, RULES).unwrap_err();
+        assert!(
+            matches!(e, Refusal::TooLarge { size, cap } if size == 1 << 40 && cap == 1 << 20),
+            "{e:?}"
+        );
+        let e = e.into_error("x", &path);
+        assert_eq!(e.misuse_kind(), Some(&Misuse::TooLarge { what: "file" }));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlink_a_folder_and_a_missing_file_are_told_apart() {
+        let dir = temp("kinds");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+        assert!(matches!(read(&link, RULES), Err(Refusal::Symlink)));
+        let e = read(&link, RULES).unwrap_err().into_error("x", &link);
+        assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile));
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert!(matches!(
+            read(&dir, RULES),
+            Err(Refusal::NotRegular("a folder"))
+        ));
+        assert!(matches!(
+            read(&dir.join("none"), RULES),
+            Err(Refusal::Missing)
+        ));
+        std::fs::write(dir.join("ok"), b"abc").unwrap();
+        assert_eq!(read(&dir.join("ok"), RULES).unwrap(), b"abc");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_secret_must_be_private_and_ours() {
+        let dir = temp("secret");
+        let path = dir.join("id");
+        write_atomic(&path, b"secret", 0o600).unwrap();
+        let private = Rules {
+            cap: 64,
+            private: true,
+        };
+        assert_eq!(read(&path, private).unwrap(), b"secret");
+        for mode in [0o644, 0o640, 0o602] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = read(&path, private).unwrap_err();
+            assert!(
+                matches!(e, Refusal::Readable { mode: m } if m == mode),
+                "{e:?}"
+            );
+        }
+        if euid() == 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&path, Some(1), None).unwrap();
+            assert!(matches!(
+                read(&path, private),
+                Err(Refusal::Owner { uid: 1 })
+            ));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn owners_and_modes_that_let_another_user_write_are_refused() {
+        let me = euid();
+        assert!(owner_and_mode_allowed(me, 0o644, false).is_ok());
+        assert!(owner_and_mode_allowed(0, 0o755, true).is_ok());
+        // A sticky folder writable by all (/tmp) lets no one replace another's entries.
+        assert!(owner_and_mode_allowed(0, 0o1777, true).is_ok());
+        assert!(matches!(
+            owner_and_mode_allowed(0, 0o1777, false),
+            Err(Refusal::Writable { .. })
+        ));
+        assert!(matches!(
+            owner_and_mode_allowed(me, 0o775, true),
+            Err(Refusal::Writable { mode: 0o775 })
+        ));
+        assert!(matches!(
+            owner_and_mode_allowed(me, 0o646, false),
+            Err(Refusal::Writable { .. })
+        ));
+        let other = if me == 4242 { 4243 } else { 4242 };
+        assert!(matches!(
+            owner_and_mode_allowed(other, 0o644, false),
+            Err(Refusal::Owner { .. })
+        ));
+    }
+
+    #[test]
+    fn an_atomic_write_replaces_a_planted_symlink_and_never_writes_its_target() {
+        let dir = temp("atomic");
+        let target = dir.join("precious");
+        std::fs::write(&target, b"keep").unwrap();
+        let path = dir.join("state.json");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        write_atomic(&path, b"new", 0o644).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        assert!(!std::fs::symlink_metadata(&path)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        // Nothing left beside it.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_library_path_is_checked_without_opening_it() {
+        let dir = temp("library");
+        assert_eq!(
+            check_library(Path::new("lib/libx.so")).unwrap_err(),
+            "not an absolute path"
+        );
+        let lib = dir.join("libx.so");
+        std::fs::write(&lib, b"not a library").unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(
+            check_library(&lib).unwrap(),
+            std::fs::canonicalize(&lib).unwrap()
+        );
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(check_library(&lib)
+            .unwrap_err()
+            .contains("writable by others"));
+        assert!(check_library(&dir).unwrap_err().contains("a folder"));
+        assert!(check_named_library(Path::new("./libx.so")).is_err());
+        assert!(
+            check_named_library(&lib).is_ok(),
+            "the user's choice: no owner check"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

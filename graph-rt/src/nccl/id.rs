@@ -511,4 +511,101 @@ mod tests {
         server.join().unwrap();
         let _ = std::fs::remove_file(&path);
     }
+
+    /// A fresh private folder.
+    fn folder(name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("graph-rt-idf-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_id_file_is_private_and_a_planted_symlink_is_replaced_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = folder("symlink");
+        let target = dir.join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        let path = dir.join("id");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        // A reader refuses the link at once (no waiting for the timeout), reading nothing.
+        let start = Instant::now();
+        let e = UniqueId::read_file(&path, LONG).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        assert!(start.elapsed() < LONG);
+        // The writer replaces the link itself; its target is untouched.
+        id(9).write_file(&path).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(UniqueId::read_file(&path, SHORT).unwrap(), id(9));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_id_file_others_can_read_or_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = folder("mode");
+        let path = dir.join("id");
+        id(2).write_file(&path).unwrap();
+        for mode in [0o644, 0o660, 0o606] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = UniqueId::read_file(&path, SHORT).unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+        if files::euid() == 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&path, Some(1), None).unwrap();
+            let e = UniqueId::read_file(&path, SHORT).unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+            assert!(e.to_string().contains("owned by uid 1"), "{e}");
+        }
+        // A folder or a FIFO where the id should be: refused, not read (nor waited on).
+        let e = UniqueId::read_file(&dir, SHORT).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_peer_of_another_user_is_refused() {
+        let ours = files::euid();
+        assert!(check_peer("c", ours).is_ok());
+        let other = ours.wrapping_add(1);
+        let e = check_peer("UniqueId::receive", other).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::ForeignPeer { uid: other }));
+        assert!(e.to_string().contains("XDG_RUNTIME_DIR"), "{e}");
+        // A real connection reports this process's user at both ends.
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(&a).unwrap(), ours);
+        assert_eq!(peer_uid(&b).unwrap(), ours);
+    }
+
+    #[test]
+    fn the_served_socket_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = socket("private");
+        let p = path.clone();
+        let peer = std::thread::spawn(move || {
+            // The mode the socket settles at while it is served.
+            let start = Instant::now();
+            let mode = loop {
+                let mode = std::fs::metadata(&p).map(|m| m.permissions().mode() & 0o777);
+                match mode {
+                    Ok(0o600) => break 0o600,
+                    Ok(m) if start.elapsed() > LONG => break m,
+                    _ => std::thread::sleep(Duration::from_millis(2)),
+                }
+            };
+            (mode, UniqueId::receive(&p, LONG))
+        });
+        id(6).serve(&path, 1, LONG).unwrap();
+        let (mode, got) = peer.join().unwrap();
+        assert_eq!(mode, 0o600, "{mode:o}");
+        assert_eq!(got.unwrap(), id(6));
+    }
 }
