@@ -526,4 +526,40 @@ mod tests {
         });
         assert!(failed.is_err());
     }
+
+    #[test]
+    fn a_linked_piped_or_giant_model_file_is_unreadable_and_its_target_untouched() {
+        let dir = TempDir::new("hostile");
+        let path = dir.0.join(file_name("GPU-1"));
+        let target = dir.0.join("precious");
+        fs::write(&target, model("dev GPU-1", 5.0).to_json()).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        // Even a good model behind a link is not read.
+        assert!(matches!(read(&path), Cached::Unreadable(w) if w.contains("symbolic link")));
+        write(&path, &model("dev GPU-1", 7.0)).unwrap();
+        assert_eq!(
+            fs::read_to_string(&target).unwrap(),
+            model("dev GPU-1", 5.0).to_json()
+        );
+        assert!(matches!(read(&path), Cached::Model(_)));
+        fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let got = matches!(read(&p), Cached::Unreadable(w) if w.contains("a FIFO"));
+            tx.send(got)
+        });
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the read blocked on a FIFO"));
+        fs::remove_file(&path).unwrap();
+        fs::File::create(&path).unwrap().set_len(1 << 40).unwrap();
+        assert!(matches!(read(&path), Cached::Unreadable(w) if w.contains("more than the")));
+        fs::remove_file(&path).unwrap();
+        fs::create_dir(&path).unwrap();
+        assert!(matches!(read(&path), Cached::Unreadable(w) if w.contains("a folder")));
+    }
 }

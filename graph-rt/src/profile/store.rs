@@ -368,4 +368,50 @@ mod tests {
         assert!(again.get(&key("decode")).is_none());
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
     }
+
+    #[test]
+    fn a_symlink_fifo_or_folder_where_the_file_should_be_is_not_read_and_nothing_is_lost() {
+        let path = temp("hostile");
+        let dir = path.parent().unwrap().to_path_buf();
+        std::fs::create_dir_all(&dir).unwrap();
+        // A link to a file graph-rt must neither read nor write.
+        let target = dir.join("precious");
+        std::fs::write(&target, b"root:x:0:0").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let mut store = DecisionStore::open(&path);
+        let w = store.warning.clone().unwrap();
+        assert!(w.contains("symbolic link"), "{w}");
+        store.put(key("a"), &graph_wins(), 9.0, 3.0).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"root:x:0:0");
+        assert!(DecisionStore::open(&path).get(&key("a")).is_some());
+        // A FIFO: refused at once, never waited on.
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || tx.send(DecisionStore::open(&p).warning));
+        let w = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("DecisionStore::open blocked on a FIFO")
+            .unwrap();
+        assert!(w.contains("a FIFO"), "{w}");
+        // A folder: a warning, and a save that fails with the file system's error, not a panic.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let mut store = DecisionStore::open(&path);
+        assert!(store.warning.as_deref().unwrap().contains("a folder"));
+        let e = store.put(key("b"), &graph_wins(), 9.0, 3.0).unwrap_err();
+        assert_eq!(e.misuse_kind(), None, "{e}");
+        // A sparse giant: refused before it is read.
+        std::fs::remove_dir(&path).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let w = DecisionStore::open(&path).warning.unwrap();
+        assert!(w.contains("more than the"), "{w}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
