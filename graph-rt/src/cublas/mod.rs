@@ -4,10 +4,11 @@
 //!
 //! cuBLAS is loaded at run time (`dlopen`), once per process, on the first [`Cublas::new`]:
 //! nothing of cuBLAS or of the CUDA toolkit is needed to build. The candidates, in order: the
-//! file named by the environment variable `GRAPH_RT_CUBLAS` (a full path, e.g. PyTorch's
-//! `site-packages/nvidia/cu13/lib/libcublas.so.13`), then `libcublas.so.13` and
-//! `libcublas.so.12` from the dynamic loader's path. When none loads, the error lists what was
-//! tried and why each failed.
+//! file named by the environment variable `GRAPH_RT_CUBLAS` (an absolute path to a regular file,
+//! e.g. PyTorch's `site-packages/nvidia/cu13/lib/libcublas.so.13`; a relative one is refused
+//! before it is opened), then `libcublas.so.13` and `libcublas.so.12` from the dynamic loader's
+//! path. The library loaded is logged (`tracing`, info). When none loads, the error lists what
+//! was tried and why each failed.
 //!
 //! Each handle owns a device workspace (32 MiB by default) set with `cublasSetWorkspace_v2`, so
 //! cuBLAS uses it instead of allocating: GEMMs queued while the stream captures are recorded into

@@ -6,16 +6,24 @@
 //!
 //! NCCL is loaded at run time (`dlopen`), once per process, on the first communicator or
 //! [`UniqueId`]: nothing of NCCL is needed to build. The candidates, in order: the file named by
-//! the environment variable `GRAPH_RT_NCCL` (a full path), then `nvidia/nccl/lib/libnccl.so.2`
-//! below Python's package folders (PyTorch's wheels: `PYTHONPATH`, the active virtual or conda
-//! environment, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`; when none has it, the folders
-//! the `python3` on the path names), then `libnccl.so.2` from the
-//! dynamic loader's path. NCCL 2.14 or later. When none loads, the error lists what was tried and
-//! why each failed. Loading sets `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` unless they are
-//! set: NVLink multicast maps a collective's buffers into a multicast object
-//! (`cuMulticastCreate`), and a graph's registration of a captured collective's buffers has the
-//! peers read and write them directly; a rebinding of the captured kernels' pointers follows
-//! neither (a value other than 0 is kept, with a warning).
+//! the environment variable `GRAPH_RT_NCCL` (an absolute path to a regular file), then
+//! `nvidia/nccl/lib/libnccl.so.2` below Python's package folders (PyTorch's wheels: the absolute
+//! entries of `PYTHONPATH`, the active virtual or conda environment, `~/.local`, `/usr/local`,
+//! `/usr`, `/opt/conda`; with `GRAPH_RT_PYTHON_SEARCH=1`, when none has it, also the folders
+//! the `python3` on the path (or `$PYTHON`) names, asked with a 10 s timeout), then
+//! `libnccl.so.2` from the dynamic loader's path. A wheel found below those folders is loaded
+//! only when it and every folder above it are root's or this user's and not writable by others
+//! (checked before it is opened, so a refused file's code never runs); empty and relative
+//! `PYTHONPATH` entries are not searched. The library loaded is logged (`tracing`, info). NCCL
+//! 2.14 or later. When none loads, the error lists what was tried and why each failed.
+//!
+//! Set `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` in the environment before the process
+//! starts (graph-rt warns once, on loading NCCL, when either is unset or not 0; it does not set
+//! them: a library writing the environment races with threads reading it, and `ncclConfig_t`
+//! has no field for either): NVLink multicast maps a collective's buffers into a multicast
+//! object (`cuMulticastCreate`), and a graph's registration of a captured collective's buffers
+//! has the peers read and write them directly; a rebinding of the captured kernels' pointers
+//! follows neither.
 //!
 //! Every communicator is non-blocking (`ncclConfig_t.blocking = 0`): graph-rt waits for each
 //! call with the communicator's deadline ([`CommOptions::timeout`]), so a rank that never joins
@@ -33,7 +41,11 @@
 //!
 //! Ranks in other processes (one a GPU) share the [`UniqueId`] through a file
 //! ([`UniqueId::write_file`], [`UniqueId::read_file`]) or a Unix-domain socket that rank 0 serves
-//! ([`UniqueId::serve`], [`UniqueId::receive`]: nothing is left behind for a later run to read):
+//! ([`UniqueId::serve`], [`UniqueId::receive`]: nothing is left behind for a later run to read).
+//! Both are private to the user: the file is written `0600` and read only when it is a regular
+//! file of this user that no one else can read; the socket is `0600` and each side checks that
+//! the other runs as the same user (`SO_PEERCRED`, [`Misuse::ForeignPeer`]). Put these paths in
+//! `$XDG_RUNTIME_DIR` (a folder only the user can reach), not in a shared `/tmp`:
 //!
 //! ```no_run
 //! use graph_rt::nccl::{CommOptions, Communicator, UniqueId};
@@ -41,13 +53,14 @@
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! # let (rank, nranks) = (0usize, 2usize);
-//! let (path, wait) = (Path::new("/tmp/my-job.nccl"), Duration::from_secs(60));
+//! let dir = std::env::var_os("XDG_RUNTIME_DIR").expect("a private folder of the user's");
+//! let (path, wait) = (Path::new(&dir).join("my-job.nccl"), Duration::from_secs(60));
 //! let id = if rank == 0 {
 //!     let id = UniqueId::new()?;
-//!     id.serve(path, nranks - 1, wait)?; // returns once every other rank has it
+//!     id.serve(&path, nranks - 1, wait)?; // returns once every other rank has it
 //!     id
 //! } else {
-//!     UniqueId::receive(path, wait)?
+//!     UniqueId::receive(&path, wait)?
 //! };
 //! let ctx = graph_rt::Context::new(rank)?;
 //! let comm = Communicator::init_rank(&ctx, &id, rank, nranks, &CommOptions::default())?;
