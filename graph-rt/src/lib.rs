@@ -49,6 +49,7 @@ mod discover;
 mod driver;
 mod dylib;
 mod error;
+mod files;
 mod graph;
 mod launch;
 pub mod nccl;

@@ -7,12 +7,11 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::choose::{CostModel, Mechanism};
 use crate::error::Result;
+use crate::files;
 
 /// The cache directory, when set (first choice).
 pub(crate) const ENV_CACHE_DIR: &str = "GRAPH_RT_CACHE_DIR";
@@ -172,43 +171,35 @@ pub(crate) enum Cached {
     Unreadable(String),
 }
 
-/// Reads the model at `path`.
+/// Reads the model at `path`: a file graph-rt does not read (a symbolic link, which is not
+/// followed, a FIFO, a folder, a file over 64 MiB) is unreadable, and calibrating again
+/// replaces it.
 pub(crate) fn read(path: &Path) -> Cached {
-    match fs::read_to_string(path) {
-        Ok(text) => match CostModel::from_json(&text) {
-            Ok(model) => Cached::Model(model),
-            Err(e) => Cached::Unreadable(e.to_string()),
+    let rules = files::Rules {
+        cap: files::cap::JSON_STATE,
+        private: false,
+    };
+    match files::read(path, rules) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => match CostModel::from_json(&text) {
+                Ok(model) => Cached::Model(model),
+                Err(e) => Cached::Unreadable(e.to_string()),
+            },
+            Err(_) => Cached::Unreadable(format!("{} is not UTF-8", path.display())),
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Cached::Missing,
-        Err(e) => Cached::Unreadable(e.to_string()),
+        Err(files::Refusal::Missing) => Cached::Missing,
+        Err(refusal) => Cached::Unreadable(refusal.describe(path)),
     }
 }
 
-/// Writes `model` to `path` atomically: into a temporary file of the same directory (created if
-/// need be), flushed to disk, then renamed over `path`, so that a reader sees the old file or
-/// the new one, never a part (another process calibrating at the same time writes its own
-/// temporary file; the last rename wins).
+/// Writes `model` to `path` atomically (the folder created if need be): see
+/// [`files::write_atomic`]. Another process calibrating at the same time writes its own
+/// temporary file; the last rename wins.
 pub(crate) fn write(path: &Path, model: &CostModel) -> std::io::Result<()> {
-    static UNIQUE: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    fs::create_dir_all(dir)?;
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = dir.join(format!(
-        ".{name}.{}.{}.tmp",
-        std::process::id(),
-        UNIQUE.fetch_add(1, Ordering::Relaxed)
-    ));
-    let written = (|| {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(model.to_json().as_bytes())?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if written.is_err() {
-        // Best effort: the write failed already, and that failure is what is reported.
-        let _ = fs::remove_file(&tmp);
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir)?;
     }
-    written
+    files::write_atomic(path, model.to_json().as_bytes(), 0o644)
 }
 
 /// The model wanted: of which device, measuring which mechanisms at which chain sizes.
@@ -534,5 +525,41 @@ mod tests {
             Err(crate::Error::driver("cuInit", no_gpu))
         });
         assert!(failed.is_err());
+    }
+
+    #[test]
+    fn a_linked_piped_or_giant_model_file_is_unreadable_and_its_target_untouched() {
+        let dir = TempDir::new("hostile");
+        let path = dir.0.join(file_name("GPU-1"));
+        let target = dir.0.join("precious");
+        fs::write(&target, model("dev GPU-1", 5.0).to_json()).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        // Even a good model behind a link is not read.
+        assert!(matches!(read(&path), Cached::Unreadable(w) if w.contains("symbolic link")));
+        write(&path, &model("dev GPU-1", 7.0)).unwrap();
+        assert_eq!(
+            fs::read_to_string(&target).unwrap(),
+            model("dev GPU-1", 5.0).to_json()
+        );
+        assert!(matches!(read(&path), Cached::Model(_)));
+        fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || {
+            let got = matches!(read(&p), Cached::Unreadable(w) if w.contains("a FIFO"));
+            tx.send(got)
+        });
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the read blocked on a FIFO"));
+        fs::remove_file(&path).unwrap();
+        fs::File::create(&path).unwrap().set_len(1 << 40).unwrap();
+        assert!(matches!(read(&path), Cached::Unreadable(w) if w.contains("more than the")));
+        fs::remove_file(&path).unwrap();
+        fs::create_dir(&path).unwrap();
+        assert!(matches!(read(&path), Cached::Unreadable(w) if w.contains("a folder")));
     }
 }

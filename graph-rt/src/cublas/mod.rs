@@ -4,10 +4,11 @@
 //!
 //! cuBLAS is loaded at run time (`dlopen`), once per process, on the first [`Cublas::new`]:
 //! nothing of cuBLAS or of the CUDA toolkit is needed to build. The candidates, in order: the
-//! file named by the environment variable `GRAPH_RT_CUBLAS` (a full path, e.g. PyTorch's
-//! `site-packages/nvidia/cu13/lib/libcublas.so.13`), then `libcublas.so.13` and
-//! `libcublas.so.12` from the dynamic loader's path. When none loads, the error lists what was
-//! tried and why each failed.
+//! file named by the environment variable `GRAPH_RT_CUBLAS` (an absolute path to a regular file,
+//! e.g. PyTorch's `site-packages/nvidia/cu13/lib/libcublas.so.13`; a relative one is refused
+//! before it is opened), then `libcublas.so.13` and `libcublas.so.12` from the dynamic loader's
+//! path. The library loaded is logged (`tracing`, info). When none loads, the error lists what
+//! was tried and why each failed.
 //!
 //! Each handle owns a device workspace (32 MiB by default) set with `cublasSetWorkspace_v2`, so
 //! cuBLAS uses it instead of allocating: GEMMs queued while the stream captures are recorded into
@@ -243,6 +244,7 @@ mod tests {
     use super::sys::{candidates, check_status, load_from, ENV_VAR, LIBRARY_NAMES};
     use super::Op;
     use super::{check_gemm_dims, required_len, Batch, Dims, GemmShape};
+    use crate::dylib::Candidate;
     use crate::error::{Error, Misuse};
 
     const CALL: &str = "cublasSgemm_v2";
@@ -440,10 +442,10 @@ mod tests {
 
     #[test]
     fn candidates_start_with_the_environment_variable() {
-        let names: Vec<OsString> = LIBRARY_NAMES.iter().map(OsString::from).collect();
+        let names: Vec<Candidate> = LIBRARY_NAMES.into_iter().map(Candidate::Soname).collect();
         assert_eq!(candidates(None), names);
         assert_eq!(candidates(Some(OsString::new())), names);
-        let mut with = vec![OsString::from("/opt/libcublas.so.13")];
+        let mut with = vec![Candidate::Named("/opt/libcublas.so.13".into())];
         with.extend(names);
         assert_eq!(candidates(Some("/opt/libcublas.so.13".into())), with);
     }
@@ -451,8 +453,8 @@ mod tests {
     #[test]
     fn a_missing_library_names_every_path_tried() {
         let tried = [
-            OsString::from("/nonexistent/libcublas.so.13"),
-            OsString::from("/nonexistent/other/libcublas.so.12"),
+            Candidate::Named("/nonexistent/libcublas.so.13".into()),
+            Candidate::Found("/nonexistent/other/libcublas.so.12".into()),
         ];
         let e = load_from(&tried).unwrap_err();
         let msg = e.to_string();
@@ -465,9 +467,26 @@ mod tests {
     }
 
     #[test]
+    fn a_named_library_must_be_an_absolute_path_to_a_regular_file() {
+        // A relative name would be looked up from the working folder; a folder is no library.
+        let msg = load_from(&[Candidate::Named("libcublas.so.13".into())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("libcublas.so.13: not an absolute path"),
+            "{msg}"
+        );
+        let dir = std::env::temp_dir();
+        let msg = load_from(&[Candidate::Named(dir.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("is a folder, not a regular file"), "{msg}");
+    }
+
+    #[test]
     fn a_library_without_cublas_is_refused() {
         // The C library loads everywhere this crate runs, and has no cuBLAS.
-        let e = load_from(&[OsString::from("libc.so.6")]).unwrap_err();
+        let e = load_from(&[Candidate::Soname("libc.so.6")]).unwrap_err();
         let msg = e.to_string();
         assert!(
             msg.contains("libc.so.6: not cuBLAS: no symbol cublasCreate_v2"),

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use graph_rt_sys::CUstream;
 use libloading::Library;
 
+use crate::dylib::Candidate;
 use crate::error::{Error, Result};
 
 /// `cublasHandle_t`: an opaque pointer to cuBLAS's context.
@@ -157,18 +158,19 @@ pub(crate) fn library() -> Result<&'static CublasLib> {
     Ok(LIBRARY.get_or_init(|| lib))
 }
 
-/// What to try, in order: `env` (the value of [`ENV_VAR`]) when set and not empty, then
-/// [`LIBRARY_NAMES`].
-pub(crate) fn candidates(env: Option<OsString>) -> Vec<OsString> {
+/// What to try, in order: `env` (the value of [`ENV_VAR`]) when set and not empty (an absolute
+/// path to a regular file: see [`Candidate::Named`]), then [`LIBRARY_NAMES`].
+pub(crate) fn candidates(env: Option<OsString>) -> Vec<Candidate> {
     env.filter(|v| !v.is_empty())
+        .map(|v| Candidate::Named(v.into()))
         .into_iter()
-        .chain(LIBRARY_NAMES.iter().map(OsString::from))
+        .chain(LIBRARY_NAMES.into_iter().map(Candidate::Soname))
         .collect()
 }
 
-/// Opens the first of `candidates` that loads and has every function, without touching the
-/// process-wide library. The error lists every candidate and why it failed.
-pub(crate) fn load_from(candidates: &[OsString]) -> Result<CublasLib> {
+/// Opens the first of `candidates` that passes its checks, loads and has every function,
+/// without touching the process-wide library. The error lists every candidate and why it failed.
+pub(crate) fn load_from(candidates: &[Candidate]) -> Result<CublasLib> {
     crate::dylib::first_that_opens("cuBLAS", candidates, open).map_err(|tried| {
         Error::invalid(
             "dlopen(libcublas)",

@@ -279,6 +279,18 @@ pub enum Misuse {
     /// JSON, its TTIR, a file that is not UTF-8): the reason names the field or argument; give
     /// the files Triton wrote.
     Malformed,
+    /// A file graph-rt refuses to read or load, which another user could have written or which
+    /// is not what it should be: a symbolic link where graph-rt follows none (Triton's cache
+    /// files, decisions and cost-model files, an NCCL unique id), not a regular file (a FIFO,
+    /// a folder, a device), owned by a user other than the process's (or root's, for a library
+    /// found below a Python folder), writable by others, or, for an NCCL unique id, readable by
+    /// others. Nothing was read from it or loaded: the reason names the path; fix its owner or
+    /// mode, or give another path.
+    UntrustedFile,
+    /// A name joined to a folder to make a file's path (a Triton kernel's) that could reach
+    /// outside the folder: empty, `.` or `..`, or holding `/`, `\` or `..`. Give the kernel's
+    /// name as Triton's metadata has it.
+    BadFileName,
     /// A call that needs an input it was not given: the PTX for a table form, the TTIR or the
     /// divisibility flags for Triton's specialization, the PTX or the TTIR for the parameters'
     /// kinds, a cubin or PTX to load. Give it.
@@ -327,6 +339,14 @@ pub enum Misuse {
     ///
     /// [`abort`]: crate::nccl::Communicator::abort
     Aborted,
+    /// A peer of the socket a unique id goes through that runs as another user than this
+    /// process (`SO_PEERCRED`): a server that would hand out a forged id, or a client that would
+    /// take a rank's place. Put the socket in a folder only this user can reach
+    /// (`$XDG_RUNTIME_DIR`), and run every rank as one user.
+    ForeignPeer {
+        /// The peer's user id.
+        uid: u32,
+    },
     /// A path to serve a unique id at that a live process serves already, or that is a file
     /// other than a socket: give every clique its own path.
     PathInUse,

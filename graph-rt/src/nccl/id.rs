@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::comm::check;
 use super::sys::{self, UniqueIdRaw, UNIQUE_ID_BYTES};
 use crate::error::{Error, Misuse, Result};
+use crate::files;
 
 /// What [`UniqueId::serve`] sends before the id: a peer that connects to any other socket gets
 /// an error naming it, never 128 bytes of something else taken for an id.
@@ -41,6 +42,48 @@ fn send_all(s: &std::os::unix::net::UnixStream, mut buf: &[u8]) -> std::io::Resu
         buf = &buf[n as usize..];
     }
     Ok(())
+}
+
+/// The user id of the process at the other end of `s` (`SO_PEERCRED`: its credentials when it
+/// connected, or made the socket).
+fn peer_uid(s: &std::os::unix::net::UnixStream) -> std::io::Result<u32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `s` holds the socket open; `cred` and `len` are valid for writes of the sizes
+    // given, and SO_PEERCRED writes a `ucred`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// Refuses a peer of the id's socket that runs as `uid`, another user than this process: it
+/// could serve a forged id, or take a rank's place.
+fn check_peer(call: &'static str, uid: u32) -> Result<()> {
+    let ours = files::euid();
+    if uid == ours {
+        return Ok(());
+    }
+    let reason = format!(
+        "the other end of the socket runs as uid {uid}, not as this process's user ({ours}): \
+         put the socket in a folder only this user can reach ($XDG_RUNTIME_DIR), and run every \
+         rank as one user"
+    );
+    Err(Error::misuse(call, Misuse::ForeignPeer { uid }, reason))
 }
 
 /// Waits for something another process does: pauses from 0.1 ms, doubling up to 20 ms, until
@@ -119,26 +162,33 @@ impl UniqueId {
         Self(bytes)
     }
 
-    /// Writes the id to `path` for ranks of other processes: to a temporary file beside it,
-    /// renamed into place, so that a reader never sees half of it. A file left by an earlier
-    /// run is replaced, but a reader that came first has read the old id: remove the file before
-    /// the ranks start, or use [`UniqueId::serve`], which leaves nothing behind.
+    /// Writes the id to `path` for ranks of other processes: to a new temporary file of a random
+    /// name beside it (created `0600`, never through a symbolic link), renamed into place, so
+    /// that a reader never sees half of it and no other user can read it. A file or symbolic
+    /// link left at `path` is replaced (a link's target is never written), but a reader that
+    /// came first has read the old id: remove the file before the ranks start, or use
+    /// [`UniqueId::serve`], which leaves nothing behind. Put it in a folder only this user can
+    /// write, such as `$XDG_RUNTIME_DIR`.
     pub fn write_file(&self, path: &Path) -> Result<()> {
         const CALL: &str = "UniqueId::write_file";
-        let io = |e: std::io::Error| Error::invalid(CALL, format!("{}: {e}", path.display()));
-        let mut tmp = path.as_os_str().to_owned();
-        tmp.push(format!(".{}.tmp", std::process::id()));
-        std::fs::write(&tmp, self.0).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        files::write_atomic(path, &self.0, 0o600)
+            .map_err(|e| Error::invalid(CALL, format!("cannot write {}: {e}", path.display())))
     }
 
     /// Reads the id another process wrote to `path` with [`UniqueId::write_file`], waiting up to
-    /// `timeout` for the file to appear ([`Error::Timeout`] then).
+    /// `timeout` for the file to appear ([`Error::Timeout`] then). The file must be a regular
+    /// file (a symbolic link is not followed), of this process's user, with no permission for
+    /// group or others, as `write_file` makes it: anything else is [`Misuse::UntrustedFile`],
+    /// since another user could have planted a forged id.
     pub fn read_file(path: &Path, timeout: Duration) -> Result<Self> {
         const CALL: &str = "UniqueId::read_file";
+        let rules = files::Rules {
+            cap: files::cap::UNIQUE_ID,
+            private: true,
+        };
         let mut poll = Poll::new(CALL, timeout);
         loop {
-            match std::fs::read(path) {
+            match files::read(path, rules) {
                 Ok(bytes) => {
                     let bytes: [u8; UNIQUE_ID_BYTES] = bytes.try_into().map_err(|b: Vec<u8>| {
                         let reason = format!(
@@ -150,8 +200,8 @@ impl UniqueId {
                     })?;
                     return Ok(Self(bytes));
                 }
-                Err(e) if e.kind() == ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::invalid(CALL, format!("{}: {e}", path.display()))),
+                Err(files::Refusal::Missing) => {}
+                Err(refusal) => return Err(refusal.into_error(CALL, path)),
             }
             poll.pause(|| format!("no rank wrote {}", path.display()))?;
         }
@@ -165,6 +215,10 @@ impl UniqueId {
     /// A socket file left at `path` by a process that ended is replaced; one that a live process
     /// serves is not ([`Misuse::PathInUse`]), nor is a file of another kind. Fewer than `peers`
     /// connections within `timeout` is [`Error::Timeout`], saying how many came.
+    ///
+    /// The socket is made `0600`, and a peer that runs as another user (`SO_PEERCRED`) is not
+    /// served nor counted (it is logged): put the path in a folder only this user can reach,
+    /// such as `$XDG_RUNTIME_DIR`.
     pub fn serve(&self, path: &Path, peers: usize, timeout: Duration) -> Result<()> {
         use std::os::unix::fs::FileTypeExt;
         use std::os::unix::net::{UnixListener, UnixStream};
@@ -187,6 +241,12 @@ impl UniqueId {
             },
         }
         let listener = UnixListener::bind(path).map_err(io)?;
+        // Connecting takes write permission on the socket: only this user (and root) may. A
+        // connection made before this is checked by its credentials below.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io)?;
+        }
         // Removes the socket whatever happens below.
         struct Unlink<'a>(&'a Path);
         impl Drop for Unlink<'_> {
@@ -208,6 +268,13 @@ impl UniqueId {
                         poll.left()
                             .clamp(Duration::from_millis(1), Duration::from_secs(5)),
                     );
+                    if let Err(e) = peer_uid(&peer)
+                        .map_err(io)
+                        .and_then(|uid| check_peer(CALL, uid))
+                    {
+                        tracing::warn!(error = %e, "graph-rt: a connection to the unique id's socket refused");
+                        continue;
+                    }
                     peer.set_nonblocking(false).map_err(io)?;
                     peer.set_read_timeout(wait).map_err(io)?;
                     peer.set_write_timeout(wait).map_err(io)?;
@@ -239,7 +306,8 @@ impl UniqueId {
 
     /// Receives the id a rank serves at `path` ([`UniqueId::serve`]), waiting up to `timeout`
     /// for the socket to appear and answer ([`Error::Timeout`] then). A socket that answers
-    /// something else is [`Misuse::Malformed`].
+    /// something else is [`Misuse::Malformed`]; one that a process of another user serves
+    /// (`SO_PEERCRED`) is [`Misuse::ForeignPeer`], before anything is read from it.
     pub fn receive(path: &Path, timeout: Duration) -> Result<Self> {
         use std::os::unix::net::UnixStream;
         const CALL: &str = "UniqueId::receive";
@@ -254,6 +322,9 @@ impl UniqueId {
             }
             poll.pause(|| format!("no rank served {}", path.display()))?;
         };
+        let uid = peer_uid(&peer)
+            .map_err(|e| Error::invalid(CALL, format!("{}: {e}", path.display())))?;
+        check_peer(CALL, uid)?;
         let left = poll.left();
         let io = |e: std::io::Error| match e.kind() {
             ErrorKind::WouldBlock | ErrorKind::TimedOut => Error::Timeout {
@@ -439,5 +510,102 @@ mod tests {
         assert_eq!(e.misuse_kind(), Some(&Misuse::Malformed), "{e}");
         server.join().unwrap();
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A fresh private folder.
+    fn folder(name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("graph-rt-idf-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_id_file_is_private_and_a_planted_symlink_is_replaced_not_followed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = folder("symlink");
+        let target = dir.join("victim");
+        std::fs::write(&target, b"keep").unwrap();
+        let path = dir.join("id");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        // A reader refuses the link at once (no waiting for the timeout), reading nothing.
+        let start = Instant::now();
+        let e = UniqueId::read_file(&path, LONG).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        assert!(start.elapsed() < LONG);
+        // The writer replaces the link itself; its target is untouched.
+        id(9).write_file(&path).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert_eq!(UniqueId::read_file(&path, SHORT).unwrap(), id(9));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn an_id_file_others_can_read_or_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = folder("mode");
+        let path = dir.join("id");
+        id(2).write_file(&path).unwrap();
+        for mode in [0o644, 0o660, 0o606] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = UniqueId::read_file(&path, SHORT).unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+            assert!(e.to_string().contains("chmod 600"), "{e}");
+        }
+        if files::euid() == 0 {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+            std::os::unix::fs::chown(&path, Some(1), None).unwrap();
+            let e = UniqueId::read_file(&path, SHORT).unwrap_err();
+            assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+            assert!(e.to_string().contains("owned by uid 1"), "{e}");
+        }
+        // A folder or a FIFO where the id should be: refused, not read (nor waited on).
+        let e = UniqueId::read_file(&dir, SHORT).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_peer_of_another_user_is_refused() {
+        let ours = files::euid();
+        assert!(check_peer("c", ours).is_ok());
+        let other = ours.wrapping_add(1);
+        let e = check_peer("UniqueId::receive", other).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::ForeignPeer { uid: other }));
+        assert!(e.to_string().contains("XDG_RUNTIME_DIR"), "{e}");
+        // A real connection reports this process's user at both ends.
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(peer_uid(&a).unwrap(), ours);
+        assert_eq!(peer_uid(&b).unwrap(), ours);
+    }
+
+    #[test]
+    fn the_served_socket_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = socket("private");
+        let p = path.clone();
+        let peer = std::thread::spawn(move || {
+            // The mode the socket settles at while it is served.
+            let start = Instant::now();
+            let mode = loop {
+                let mode = std::fs::metadata(&p).map(|m| m.permissions().mode() & 0o777);
+                match mode {
+                    Ok(0o600) => break 0o600,
+                    Ok(m) if start.elapsed() > LONG => break m,
+                    _ => std::thread::sleep(Duration::from_millis(2)),
+                }
+            };
+            (mode, UniqueId::receive(&p, LONG))
+        });
+        id(6).serve(&path, 1, LONG).unwrap();
+        let (mode, got) = peer.join().unwrap();
+        assert_eq!(mode, 0o600, "{mode:o}");
+        assert_eq!(got.unwrap(), id(6));
     }
 }

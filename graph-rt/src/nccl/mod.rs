@@ -6,16 +6,24 @@
 //!
 //! NCCL is loaded at run time (`dlopen`), once per process, on the first communicator or
 //! [`UniqueId`]: nothing of NCCL is needed to build. The candidates, in order: the file named by
-//! the environment variable `GRAPH_RT_NCCL` (a full path), then `nvidia/nccl/lib/libnccl.so.2`
-//! below Python's package folders (PyTorch's wheels: `PYTHONPATH`, the active virtual or conda
-//! environment, `~/.local`, `/usr/local`, `/usr`, `/opt/conda`; when none has it, the folders
-//! the `python3` on the path names), then `libnccl.so.2` from the
-//! dynamic loader's path. NCCL 2.14 or later. When none loads, the error lists what was tried and
-//! why each failed. Loading sets `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` unless they are
-//! set: NVLink multicast maps a collective's buffers into a multicast object
-//! (`cuMulticastCreate`), and a graph's registration of a captured collective's buffers has the
-//! peers read and write them directly; a rebinding of the captured kernels' pointers follows
-//! neither (a value other than 0 is kept, with a warning).
+//! the environment variable `GRAPH_RT_NCCL` (an absolute path to a regular file), then
+//! `nvidia/nccl/lib/libnccl.so.2` below Python's package folders (PyTorch's wheels: the absolute
+//! entries of `PYTHONPATH`, the active virtual or conda environment, `~/.local`, `/usr/local`,
+//! `/usr`, `/opt/conda`; with `GRAPH_RT_PYTHON_SEARCH=1`, when none has it, also the folders
+//! the `python3` on the path (or `$PYTHON`) names, asked with a 10 s timeout), then
+//! `libnccl.so.2` from the dynamic loader's path. A wheel found below those folders is loaded
+//! only when it and every folder above it are root's or this user's and not writable by others
+//! (checked before it is opened, so a refused file's code never runs); empty and relative
+//! `PYTHONPATH` entries are not searched. The library loaded is logged (`tracing`, info). NCCL
+//! 2.14 or later. When none loads, the error lists what was tried and why each failed.
+//!
+//! Set `NCCL_NVLS_ENABLE=0` and `NCCL_GRAPH_REGISTER=0` in the environment before the process
+//! starts (graph-rt warns once, on loading NCCL, when either is unset or not 0; it does not set
+//! them: a library writing the environment races with threads reading it, and `ncclConfig_t`
+//! has no field for either): NVLink multicast maps a collective's buffers into a multicast
+//! object (`cuMulticastCreate`), and a graph's registration of a captured collective's buffers
+//! has the peers read and write them directly; a rebinding of the captured kernels' pointers
+//! follows neither.
 //!
 //! Every communicator is non-blocking (`ncclConfig_t.blocking = 0`): graph-rt waits for each
 //! call with the communicator's deadline ([`CommOptions::timeout`]), so a rank that never joins
@@ -33,7 +41,11 @@
 //!
 //! Ranks in other processes (one a GPU) share the [`UniqueId`] through a file
 //! ([`UniqueId::write_file`], [`UniqueId::read_file`]) or a Unix-domain socket that rank 0 serves
-//! ([`UniqueId::serve`], [`UniqueId::receive`]: nothing is left behind for a later run to read):
+//! ([`UniqueId::serve`], [`UniqueId::receive`]: nothing is left behind for a later run to read).
+//! Both are private to the user: the file is written `0600` and read only when it is a regular
+//! file of this user that no one else can read; the socket is `0600` and each side checks that
+//! the other runs as the same user (`SO_PEERCRED`, [`Misuse::ForeignPeer`]). Put these paths in
+//! `$XDG_RUNTIME_DIR` (a folder only the user can reach), not in a shared `/tmp`:
 //!
 //! ```no_run
 //! use graph_rt::nccl::{CommOptions, Communicator, UniqueId};
@@ -41,13 +53,14 @@
 //!
 //! # fn main() -> graph_rt::Result<()> {
 //! # let (rank, nranks) = (0usize, 2usize);
-//! let (path, wait) = (Path::new("/tmp/my-job.nccl"), Duration::from_secs(60));
+//! let dir = std::env::var_os("XDG_RUNTIME_DIR").expect("a private folder of the user's");
+//! let (path, wait) = (Path::new(&dir).join("my-job.nccl"), Duration::from_secs(60));
 //! let id = if rank == 0 {
 //!     let id = UniqueId::new()?;
-//!     id.serve(path, nranks - 1, wait)?; // returns once every other rank has it
+//!     id.serve(&path, nranks - 1, wait)?; // returns once every other rank has it
 //!     id
 //! } else {
-//!     UniqueId::receive(path, wait)?
+//!     UniqueId::receive(&path, wait)?
 //! };
 //! let ctx = graph_rt::Context::new(rank)?;
 //! let comm = Communicator::init_rank(&ctx, &id, rank, nranks, &CommOptions::default())?;
@@ -208,10 +221,11 @@ mod tests {
     use std::path::PathBuf;
 
     use super::sys::{
-        candidates, load_from, site_folders, split_version, Config, ENV_VAR, LIBRARY_NAME,
-        WHEEL_PATH,
+        candidates, environment_warnings, load_from, python_roots, python_search_wanted,
+        site_folders, split_version, Config, ENV_VAR, LIBRARY_NAME, WHEEL_PATH,
     };
     use super::{check_counts, check_devices, check_rank, Collective};
+    use crate::dylib::Candidate;
     use crate::error::{Error, Misuse, NcclCode};
 
     fn misuse(e: Error) -> Misuse {
@@ -305,13 +319,36 @@ mod tests {
         assert_eq!(NcclCode::from_raw(42), NcclCode::Other(42));
     }
 
+    /// A fresh folder of the temporary folder, `0755`.
+    fn temp(name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = std::env::temp_dir().join(format!("graph-rt-nccl-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+        tmp
+    }
+
+    /// A wheel's `libnccl.so.2` below `site`, holding `bytes` (not a library), `0644`, every
+    /// folder `0755`.
+    fn plant_wheel(site: &std::path::Path, bytes: &[u8]) -> PathBuf {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let wheel = site.join(WHEEL_PATH);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(wheel.parent().unwrap())
+            .unwrap();
+        std::fs::write(&wheel, bytes).unwrap();
+        std::fs::set_permissions(&wheel, std::fs::Permissions::from_mode(0o644)).unwrap();
+        wheel
+    }
+
     #[test]
     fn candidates_are_the_variable_then_the_wheels_then_the_loader() {
-        let tmp = std::env::temp_dir().join(format!("graph-rt-nccl-{}", std::process::id()));
+        let tmp = temp("candidates");
         let site = tmp.join("lib/python3.12/site-packages");
-        let wheel = site.join(WHEEL_PATH);
-        std::fs::create_dir_all(wheel.parent().unwrap()).unwrap();
-        std::fs::write(&wheel, b"").unwrap();
+        let wheel = plant_wheel(&site, b"");
         // An older Python without the wheel, and a folder that is not Python's.
         std::fs::create_dir_all(tmp.join("lib/python3.10/site-packages")).unwrap();
         std::fs::create_dir_all(tmp.join("lib/perl5")).unwrap();
@@ -322,19 +359,157 @@ mod tests {
         );
         assert_eq!(
             candidates(None, &roots),
-            vec![wheel.clone().into_os_string(), LIBRARY_NAME.into()]
+            vec![
+                Candidate::Found(wheel.clone()),
+                Candidate::Soname(LIBRARY_NAME)
+            ]
         );
-        let env = OsString::from("/opt/nccl/libnccl.so.2");
+        let env = PathBuf::from("/opt/nccl/libnccl.so.2");
         assert_eq!(
             candidates(Some(env.clone()), &roots),
-            vec![env, wheel.into_os_string(), LIBRARY_NAME.into()]
+            vec![
+                Candidate::Named(env),
+                Candidate::Found(wheel),
+                Candidate::Soname(LIBRARY_NAME)
+            ]
         );
         // An empty variable is no candidate; a root without the wheel gives nothing.
         assert_eq!(
-            candidates(Some(OsString::new()), &[PathBuf::from("/nonexistent")]),
-            vec![OsString::from(LIBRARY_NAME)]
+            candidates(Some(PathBuf::new()), &[PathBuf::from("/nonexistent")]),
+            vec![Candidate::Soname(LIBRARY_NAME)]
         );
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn empty_and_relative_python_folders_are_not_searched() {
+        let tmp = temp("relative");
+        let env = |pythonpath: &str, venv: &str, home: &str| {
+            let (p, v, h) = (pythonpath.to_owned(), venv.to_owned(), home.to_owned());
+            move |var: &str| match var {
+                "PYTHONPATH" => Some(OsString::from(&p)),
+                "VIRTUAL_ENV" => Some(OsString::from(&v)),
+                "HOME" => Some(OsString::from(&h)),
+                _ => None,
+            }
+        };
+        let abs = tmp.to_string_lossy().into_owned();
+        // An empty entry (leading ':', '::', trailing ':') is the working folder to Python.
+        let roots = python_roots(env(&format!(":site::{abs}:./x:"), "venv", "home"));
+        assert!(roots.contains(&tmp), "{roots:?}");
+        assert!(roots.iter().all(|r| r.is_absolute()), "{roots:?}");
+        // A wheel in the working folder's `site` is never a candidate.
+        assert!(candidates(None, &roots)
+            .iter()
+            .all(|c| !matches!(c, Candidate::Found(p) if p.is_relative())));
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_wheel_writable_by_others_is_refused_without_being_opened() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = temp("writable");
+        // Not a library: were it opened, the error would be dlopen's.
+        let wheel = plant_wheel(&tmp, b"not a library");
+        for mode in [0o666, 0o664] {
+            std::fs::set_permissions(&wheel, std::fs::Permissions::from_mode(mode)).unwrap();
+            let msg = load_from(&[Candidate::Found(wheel.clone())])
+                .unwrap_err()
+                .to_string();
+            assert!(msg.contains("is writable by others"), "{msg}");
+            assert!(
+                !msg.contains("file too short") && !msg.contains("invalid ELF"),
+                "{msg}"
+            );
+        }
+        // Once private, it is opened: the error is now the loader's.
+        std::fs::set_permissions(&wheel, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let msg = load_from(&[Candidate::Found(wheel.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(!msg.contains("writable by others"), "{msg}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_wheel_below_a_folder_writable_by_others_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = temp("chain");
+        let wheel = plant_wheel(&tmp, b"not a library");
+        // `nvidia/` is group-writable: its owner's group could swap `nccl/` for its own.
+        let folder = tmp.join("nvidia");
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o775)).unwrap();
+        let msg = load_from(&[Candidate::Found(wheel.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains(&format!("{} is writable by others", folder.display())),
+            "{msg}"
+        );
+        // A symbolic link to the wheel is checked where it leads: the same refusal.
+        let link = tmp.join("link.so");
+        std::os::unix::fs::symlink(&wheel, &link).unwrap();
+        let msg = load_from(&[Candidate::Found(link)])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("is writable by others"), "{msg}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn a_wheel_of_another_user_is_refused() {
+        if crate::files::euid() != 0 {
+            // Only root can give a file away.
+            return;
+        }
+        let tmp = temp("owner");
+        let wheel = plant_wheel(&tmp, b"not a library");
+        std::os::unix::fs::chown(&wheel, Some(1), None).unwrap();
+        let msg = load_from(&[Candidate::Found(wheel.clone())])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("is owned by uid 1"), "{msg}");
+        // A folder of another user above it, too.
+        std::os::unix::fs::chown(&wheel, Some(0), None).unwrap();
+        std::os::unix::fs::chown(tmp.join("nvidia/nccl"), Some(1), None).unwrap();
+        let msg = load_from(&[Candidate::Found(wheel)])
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("nccl is owned by uid 1"), "{msg}");
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    #[test]
+    fn nccl_variables_that_break_rebinding_are_warned_of_never_set() {
+        let env = |nvls: Option<&str>, reg: Option<&str>| {
+            let (n, r) = (nvls.map(OsString::from), reg.map(OsString::from));
+            move |var: &str| match var {
+                "NCCL_NVLS_ENABLE" => n.clone(),
+                "NCCL_GRAPH_REGISTER" => r.clone(),
+                _ => None,
+            }
+        };
+        assert!(environment_warnings(env(Some("0"), Some("0"))).is_empty());
+        let w = environment_warnings(env(None, Some("0")));
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("NCCL_NVLS_ENABLE is unset"), "{w:?}");
+        assert!(w[0].contains("set NCCL_NVLS_ENABLE=0"), "{w:?}");
+        let w = environment_warnings(env(Some("0"), Some("1")));
+        assert_eq!(w.len(), 1);
+        assert!(w[0].starts_with("NCCL_GRAPH_REGISTER=1"), "{w:?}");
+        assert_eq!(environment_warnings(env(Some("2"), None)).len(), 2);
+        // Reading the environment is all it does.
+        let before: Vec<_> = std::env::vars_os().collect();
+        let _ = environment_warnings(|v| std::env::var_os(v));
+        assert_eq!(std::env::vars_os().collect::<Vec<_>>(), before);
+    }
+
+    #[test]
+    fn python_is_asked_only_on_request() {
+        assert!(!python_search_wanted(None));
+        assert!(!python_search_wanted(Some("".as_ref())));
+        assert!(!python_search_wanted(Some("yes".as_ref())));
+        assert!(python_search_wanted(Some("1".as_ref())));
     }
 
     #[test]
@@ -368,7 +543,7 @@ mod tests {
 
     #[test]
     fn a_missing_library_names_every_path_tried() {
-        let tried = [OsString::from("/nonexistent/libnccl.so.2")];
+        let tried = [Candidate::Named("/nonexistent/libnccl.so.2".into())];
         let msg = load_from(&tried).unwrap_err().to_string();
         assert!(msg.contains("/nonexistent/libnccl.so.2"), "{msg}");
         assert!(msg.contains(ENV_VAR), "{msg}");
@@ -381,7 +556,7 @@ mod tests {
 
     #[test]
     fn a_library_without_nccl_is_refused() {
-        let msg = load_from(&[OsString::from("libc.so.6")])
+        let msg = load_from(&[Candidate::Soname("libc.so.6")])
             .unwrap_err()
             .to_string();
         assert!(

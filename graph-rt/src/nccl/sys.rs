@@ -11,10 +11,12 @@
 use std::ffi::{c_char, c_int, c_void, CStr, OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use graph_rt_sys::CUstream;
 use libloading::Library;
 
+use crate::dylib::Candidate;
 use crate::error::{Error, NcclCode, Result};
 
 /// `ncclComm_t`: an opaque pointer to a communicator.
@@ -156,65 +158,101 @@ impl std::fmt::Debug for NcclLib {
 
 static LIBRARY: OnceLock<NcclLib> = OnceLock::new();
 
+/// The environment variable that, set to `1`, lets graph-rt ask the `python3` on the path (or
+/// `$PYTHON`) where it installs packages, when no usual folder has PyTorch's NCCL. Off by
+/// default: it runs a program found through `PATH`.
+pub(crate) const PYTHON_SEARCH_VAR: &str = "GRAPH_RT_PYTHON_SEARCH";
+/// How long that Python may take before it is killed and its answer ignored.
+const PYTHON_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// NCCL's variables that must be `0` for rebinding to follow a captured collective's buffers,
+/// and why. NCCL reads them when it makes its first communicator; graph-rt does not set them (a
+/// library writing the environment races with any thread reading it), and `ncclConfig_t` has no
+/// field for them.
+pub(crate) const REBINDING_VARS: [(&str, &str); 2] = [
+    (
+        "NCCL_NVLS_ENABLE",
+        "NVLink multicast maps the buffers of a collective into a multicast object (cuMulticastCreate)",
+    ),
+    (
+        "NCCL_GRAPH_REGISTER",
+        "a captured collective's buffers are registered with the graph and read and written by its peers directly",
+    ),
+];
+
 /// The process-wide NCCL, opened on first use from [`candidates`]. A failure is not cached: a
 /// later call tries again.
 pub(crate) fn library() -> Result<&'static NcclLib> {
     if let Some(lib) = LIBRARY.get() {
         return Ok(lib);
     }
-    // NVLink multicast (NVLS) maps user buffers into a multicast object that a rebinding cannot
-    // follow, and needs `cuMulticastCreate`; a captured collective's buffers registered with the
-    // graph (NCCL_GRAPH_REGISTER, on by default, for buffers of a registrable allocator: the
-    // peers then read and write them directly) stay the captured ones whatever the rebinding
-    // writes. Both off unless the caller has chosen otherwise.
-    for (var, why) in [
-        (
-            "NCCL_NVLS_ENABLE",
-            "NVLink multicast maps the buffers of a collective into a multicast object",
-        ),
-        (
-            "NCCL_GRAPH_REGISTER",
-            "a captured collective's registered buffers are mapped by its peers",
-        ),
-    ] {
-        match std::env::var_os(var) {
-            // NCCL reads them when it makes its first communicator, after this. (Another thread
-            // reading the environment at this moment would race with the write: the library is
-            // loaded by the first communicator, before any other NCCL use.)
-            None => std::env::set_var(var, "0"),
-            Some(v) if v != "0" => tracing::warn!(
-                "graph-rt: {var} is set and not 0: {why}, which rebinding cannot follow"
-            ),
-            Some(_) => {}
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        for w in environment_warnings(|v| std::env::var_os(v)) {
+            tracing::warn!("graph-rt: {w}");
         }
-    }
-    let env = std::env::var_os(ENV_VAR).filter(|v| !v.is_empty());
-    let mut roots = python_roots();
-    if env.is_none() && !roots.iter().any(|r| r.join(WHEEL_PATH).is_file()) {
+    });
+    let env = std::env::var_os(ENV_VAR)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let mut roots = python_roots(|v| std::env::var_os(v));
+    if env.is_none()
+        && python_search_wanted(std::env::var_os(PYTHON_SEARCH_VAR).as_deref())
+        && !roots.iter().any(|r| r.join(WHEEL_PATH).is_file())
+    {
         // PyTorch may live where no usual folder says (a virtual environment not activated):
         // ask the Python on the path where it installs packages.
-        roots.extend(ask_python());
+        roots.extend(ask_python(PYTHON_TIMEOUT));
     }
     let lib = load_from(&candidates(env, &roots))?;
     Ok(LIBRARY.get_or_init(|| lib))
 }
 
-/// Folders Python installs packages into, where PyTorch's wheels put NCCL: each entry of
-/// `PYTHONPATH`, and `lib/python3*/site-packages` (or `dist-packages`) below the active virtual
-/// environment, conda environment, the user's `~/.local`, `/usr/local`, `/usr` and `/opt/conda`.
-pub(crate) fn python_roots() -> Vec<PathBuf> {
-    let mut prefixes: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+/// What to warn of about [`REBINDING_VARS`], as `get` reads the environment: a variable unset
+/// (NCCL's default may turn the mechanism on) or set to anything but `0`.
+pub(crate) fn environment_warnings(get: impl Fn(&str) -> Option<OsString>) -> Vec<String> {
+    REBINDING_VARS
         .iter()
-        .filter_map(std::env::var_os)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
+        .filter_map(|(var, why)| match get(var) {
+            Some(v) if v == "0" => None,
+            None => Some(format!(
+                "{var} is unset, and NCCL may turn it on: {why}, which rebinding a captured \
+                 collective cannot follow; set {var}=0 in the environment before the process starts"
+            )),
+            Some(v) => Some(format!(
+                "{var}={}: {why}, which rebinding a captured collective cannot follow; set \
+                 {var}=0 in the environment before the process starts",
+                v.to_string_lossy()
+            )),
+        })
+        .collect()
+}
+
+/// Whether [`PYTHON_SEARCH_VAR`]'s value `v` asks for the search (`1`).
+pub(crate) fn python_search_wanted(v: Option<&OsStr>) -> bool {
+    v == Some(OsStr::new("1"))
+}
+
+/// Folders Python installs packages into, where PyTorch's wheels put NCCL, as `get` reads the
+/// environment: each absolute entry of `PYTHONPATH`, and `lib/python3*/site-packages` (or
+/// `dist-packages`) below the active virtual environment, conda environment, the user's
+/// `~/.local`, `/usr/local`, `/usr` and `/opt/conda`. Empty and relative entries are skipped
+/// (with a warning): they would search the working folder.
+pub(crate) fn python_roots(get: impl Fn(&str) -> Option<OsString>) -> Vec<PathBuf> {
+    use crate::dylib::{absolute_root, absolute_roots};
+    let mut prefixes: Vec<PathBuf> = ["VIRTUAL_ENV", "CONDA_PREFIX"]
+        .into_iter()
+        .filter_map(|var| {
+            let v = get(var).filter(|v| !v.is_empty())?;
+            absolute_root(var, PathBuf::from(v))
+        })
         .collect();
-    if let Some(home) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-        prefixes.push(Path::new(&home).join(".local"));
+    if let Some(home) = get("HOME").filter(|v| !v.is_empty()) {
+        prefixes.extend(absolute_root("HOME", Path::new(&home).join(".local")));
     }
     prefixes.extend(["/usr/local", "/usr", "/opt/conda"].map(PathBuf::from));
-    let mut roots: Vec<PathBuf> = std::env::var_os("PYTHONPATH")
-        .map(|p| std::env::split_paths(&p).collect())
+    let mut roots: Vec<PathBuf> = get("PYTHONPATH")
+        .map(|p| absolute_roots("PYTHONPATH", &p))
         .unwrap_or_default();
     for prefix in prefixes {
         roots.extend(site_folders(&prefix));
@@ -223,22 +261,23 @@ pub(crate) fn python_roots() -> Vec<PathBuf> {
 }
 
 /// The package folders of the `python3` on the path (or of `$PYTHON`): `site.getsitepackages()`,
-/// the user's, and `sys.path`. Empty when there is no Python or it fails.
-fn ask_python() -> Vec<PathBuf> {
+/// the user's, and `sys.path`, the absolute ones. Empty when there is no Python, or it fails or
+/// takes longer than `timeout` (it is killed then).
+fn ask_python(timeout: Duration) -> Vec<PathBuf> {
     const ASK: &str = "import site, sys; print(chr(10).join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))";
     let python = std::env::var_os("PYTHON").unwrap_or_else(|| "python3".into());
-    let out = std::process::Command::new(&python)
-        .args(["-I", "-c", ASK])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output();
-    match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout)
+    let mut command = std::process::Command::new(&python);
+    command.args(["-I", "-c", ASK]);
+    match crate::dylib::output_within(command, timeout) {
+        Ok(out) => String::from_utf8_lossy(&out)
             .lines()
             .filter(|l| !l.is_empty())
-            .map(PathBuf::from)
+            .filter_map(|l| crate::dylib::absolute_root("python's sys.path", PathBuf::from(l)))
             .collect(),
-        _ => Vec::new(),
+        Err(why) => {
+            tracing::warn!(python = %python.to_string_lossy(), %why, "graph-rt: asking Python for its package folders failed");
+            Vec::new()
+        }
     }
 }
 
@@ -261,16 +300,21 @@ pub(crate) fn site_folders(prefix: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// What to try, in order: `env` (the value of [`ENV_VAR`]) when set and not empty, then
-/// [`WHEEL_PATH`] below each of `roots` where it exists, then [`LIBRARY_NAME`].
-pub(crate) fn candidates(env: Option<OsString>, roots: &[PathBuf]) -> Vec<OsString> {
+/// What to try, in order: `env` (the value of [`ENV_VAR`]) when set, then [`WHEEL_PATH`] below
+/// each of `roots` where it exists (checked before it is opened: see [`Candidate::Found`]),
+/// then [`LIBRARY_NAME`].
+pub(crate) fn candidates(env: Option<PathBuf>, roots: &[PathBuf]) -> Vec<Candidate> {
     let wheels = roots
         .iter()
         .map(|r| r.join(WHEEL_PATH))
         .filter(|p| p.is_file())
-        .map(PathBuf::into_os_string);
-    let mut out: Vec<OsString> = env.filter(|v| !v.is_empty()).into_iter().collect();
-    for c in wheels.chain(std::iter::once(OsString::from(LIBRARY_NAME))) {
+        .map(Candidate::Found);
+    let mut out: Vec<Candidate> = env
+        .filter(|v| !v.as_os_str().is_empty())
+        .map(Candidate::Named)
+        .into_iter()
+        .collect();
+    for c in wheels.chain(std::iter::once(Candidate::Soname(LIBRARY_NAME))) {
         if !out.contains(&c) {
             out.push(c);
         }
@@ -278,9 +322,10 @@ pub(crate) fn candidates(env: Option<OsString>, roots: &[PathBuf]) -> Vec<OsStri
     out
 }
 
-/// Opens the first of `candidates` that loads, has every function and is recent enough,
-/// without touching the process-wide library. The error lists every candidate and why it failed.
-pub(crate) fn load_from(candidates: &[OsString]) -> Result<NcclLib> {
+/// Opens the first of `candidates` that passes its checks, loads, has every function and is
+/// recent enough, without touching the process-wide library. The error lists every candidate
+/// and why it failed.
+pub(crate) fn load_from(candidates: &[Candidate]) -> Result<NcclLib> {
     let (major, minor) = MIN_VERSION;
     crate::dylib::first_that_opens("NCCL", candidates, open).map_err(|tried| {
         Error::invalid(
@@ -296,7 +341,8 @@ pub(crate) fn load_from(candidates: &[OsString]) -> Result<NcclLib> {
 /// Opens `path`, resolves every function and checks the version, or says why not.
 fn open(path: &OsStr) -> Result<NcclLib, String> {
     // SAFETY: loading NCCL runs its initialisers, which have no preconditions; the path is the
-    // user's choice (GRAPH_RT_NCCL), a wheel's libnccl.so.2 or the soname the loader finds.
+    // user's choice (GRAPH_RT_NCCL), a wheel's libnccl.so.2 that passed the owner and mode checks
+    // (Candidate::vet), or the soname the loader finds.
     let library = unsafe { crate::dylib::open(path) }?;
     // SAFETY: the type is ncclGetVersion's C signature.
     let get_version: GetVersionFn = unsafe { symbol(&library, b"ncclGetVersion\0")? };

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::decide::{Decision, Mode, Reason};
 use crate::error::{Error, Misuse, Result};
+use crate::files;
 
 /// What an entry is for: the step, its key and everything that makes a decision stale.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,14 +55,16 @@ pub struct DecisionStore {
 
 impl DecisionStore {
     /// Reads the file at `path`; a missing file is an empty store, a corrupt or foreign one an
-    /// empty store with a [`DecisionStore::warning`] (logged with `tracing`).
+    /// empty store with a [`DecisionStore::warning`] (logged with `tracing`). So is a file graph-rt
+    /// does not read: a symbolic link (not followed: a save replaces the link itself, never its
+    /// target), a FIFO, a folder or a device, or a file over 64 MiB.
     pub fn open(path: impl Into<PathBuf>) -> Self {
         let path = path.into();
-        let (entries, warning) = match std::fs::read_to_string(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
-            Err(e) => (
+        let (entries, warning) = match read(&path) {
+            Err(files::Refusal::Missing) => (Vec::new(), None),
+            Err(refusal) => (
                 Vec::new(),
-                Some(format!("cannot read {}: {e}", path.display())),
+                Some(format!("{}: profiling again", refusal.describe(&path))),
             ),
             Ok(text) => match parse(&text) {
                 Ok(entries) => (entries, None),
@@ -114,7 +117,7 @@ impl DecisionStore {
         eager_us: f64,
         graph_us: f64,
     ) -> Result<()> {
-        if let Ok(text) = std::fs::read_to_string(&self.path) {
+        if let Ok(text) = read(&self.path) {
             if let Ok(now) = parse(&text) {
                 self.entries = now;
             }
@@ -149,26 +152,32 @@ impl DecisionStore {
             .collect();
         let text = serde_json::to_string_pretty(&json!({ "format": FORMAT, "decisions": entries }))
             .map_err(|e| Error::misuse(CALL, Misuse::Malformed, format!("{e}")))?;
+        // Not a misuse graph-rt names: the file system's failure, said as std::io says it.
         let io = |e: std::io::Error| {
-            Error::misuse(
-                CALL,
-                Misuse::Malformed,
-                format!("cannot write {}: {e}", self.path.display()),
-            )
+            Error::invalid(CALL, format!("cannot write {}: {e}", self.path.display()))
         };
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = self
-            .path
-            .with_extension(format!("tmp.{}.{n}", std::process::id()));
-        std::fs::write(&tmp, text).map_err(io)?;
-        std::fs::rename(&tmp, &self.path).map_err(io)?;
+        files::write_atomic(&self.path, text.as_bytes(), 0o644).map_err(io)?;
         self.warning = None;
         Ok(())
     }
+}
+
+/// The text of the decisions file at `path`, read as [`files::read`] reads an untrusted file.
+fn read(path: &Path) -> std::result::Result<String, files::Refusal> {
+    let rules = files::Rules {
+        cap: files::cap::JSON_STATE,
+        private: false,
+    };
+    let bytes = files::read(path, rules)?;
+    String::from_utf8(bytes).map_err(|_| {
+        files::Refusal::Io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not UTF-8",
+        ))
+    })
 }
 
 /// The file's format tag.
@@ -358,5 +367,51 @@ mod tests {
         assert_eq!(again.get(&k).map(|d| d.mode), Some(Mode::Eager));
         assert!(again.get(&key("decode")).is_none());
         let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    }
+
+    #[test]
+    fn a_symlink_fifo_or_folder_where_the_file_should_be_is_not_read_and_nothing_is_lost() {
+        let path = temp("hostile");
+        let dir = path.parent().unwrap().to_path_buf();
+        std::fs::create_dir_all(&dir).unwrap();
+        // A link to a file graph-rt must neither read nor write.
+        let target = dir.join("precious");
+        std::fs::write(&target, b"root:x:0:0").unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let mut store = DecisionStore::open(&path);
+        let w = store.warning.clone().unwrap();
+        assert!(w.contains("symbolic link"), "{w}");
+        store.put(key("a"), &graph_wins(), 9.0, 3.0).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"root:x:0:0");
+        assert!(DecisionStore::open(&path).get(&key("a")).is_some());
+        // A FIFO: refused at once, never waited on.
+        std::fs::remove_file(&path).unwrap();
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.clone();
+        std::thread::spawn(move || tx.send(DecisionStore::open(&p).warning));
+        let w = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("DecisionStore::open blocked on a FIFO")
+            .unwrap();
+        assert!(w.contains("a FIFO"), "{w}");
+        // A folder: a warning, and a save that fails with the file system's error, not a panic.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let mut store = DecisionStore::open(&path);
+        assert!(store.warning.as_deref().unwrap().contains("a folder"));
+        let e = store.put(key("b"), &graph_wins(), 9.0, 3.0).unwrap_err();
+        assert_eq!(e.misuse_kind(), None, "{e}");
+        // A sparse giant: refused before it is read.
+        std::fs::remove_dir(&path).unwrap();
+        std::fs::File::create(&path)
+            .unwrap()
+            .set_len(1 << 40)
+            .unwrap();
+        let w = DecisionStore::open(&path).warning.unwrap();
+        assert!(w.contains("more than the"), "{w}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use crate::error::{Error, Misuse, Result};
+use crate::files;
 
 /// The files of one kernel in Triton's cache (`<cache>/<hash>/<kernel>.{json,ptx,cubin,ttir}`).
 #[derive(Debug, Clone, Default)]
@@ -18,20 +19,27 @@ pub struct TritonFiles {
 }
 
 impl TritonFiles {
-    /// Reads `<dir>/<kernel>.json` and whichever of `.ptx`, `.cubin`, `.ttir` exist.
+    /// Reads `<dir>/<kernel>.json` and whichever of `.ptx`, `.cubin`, `.ttir` exist. `kernel`
+    /// must be a plain file name ([`Misuse::BadFileName`] for one that could reach outside
+    /// `dir`); each file must be a regular file (a symbolic link is not followed, a FIFO not
+    /// waited on: [`Misuse::UntrustedFile`]) of at most 16 MiB (the JSON) or 256 MiB (the
+    /// others: [`Misuse::TooLarge`]).
     pub fn read(dir: &Path, kernel: &str) -> Result<Self> {
         const CALL: &str = "TritonFiles::read";
+        check_name(CALL, kernel)?;
         let path = |ext: &str| dir.join(format!("{kernel}.{ext}"));
-        // Not a misuse graph-rt names: the file system's failure, said as std::io says it.
-        let io = |p: &Path, e: std::io::Error| {
-            Error::invalid(CALL, format!("cannot read {}: {e}", p.display()))
-        };
-        let optional = |ext: &str| -> Result<Option<Vec<u8>>> {
+        let read = |ext: &str, cap: u64| -> Result<Option<Vec<u8>>> {
             let p = path(ext);
-            match std::fs::read(&p) {
+            match files::read(
+                &p,
+                files::Rules {
+                    cap,
+                    private: false,
+                },
+            ) {
                 Ok(b) => Ok(Some(b)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(io(&p, e)),
+                Err(files::Refusal::Missing) => Ok(None),
+                Err(refusal) => Err(refusal.into_error(CALL, &p)),
             }
         };
         let text = |b: Option<Vec<u8>>, ext: &str| -> Result<Option<String>> {
@@ -43,12 +51,33 @@ impl TritonFiles {
             })
             .transpose()
         };
-        let json = path("json");
+        let json = read("json", files::cap::TRITON_METADATA)?.ok_or_else(|| {
+            let reason = files::Refusal::Missing.describe(&path("json"));
+            Error::invalid(CALL, reason)
+        })?;
         Ok(Self {
-            metadata: std::fs::read_to_string(&json).map_err(|e| io(&json, e))?,
-            ptx: text(optional("ptx")?, "ptx")?,
-            cubin: optional("cubin")?,
-            ttir: text(optional("ttir")?, "ttir")?,
+            metadata: text(Some(json), "json")?.unwrap_or_default(),
+            ptx: text(read("ptx", files::cap::TRITON_CODE)?, "ptx")?,
+            cubin: read("cubin", files::cap::TRITON_CODE)?,
+            ttir: text(read("ttir", files::cap::TRITON_CODE)?, "ttir")?,
         })
     }
+}
+
+/// Refuses a kernel name that, joined to the cache folder, could name a file outside it: empty,
+/// `.` or `..`, or holding a path separator or `..` ([`Misuse::BadFileName`]), or a NUL byte
+/// ([`Misuse::NulByte`]).
+pub(crate) fn check_name(call: &'static str, kernel: &str) -> Result<()> {
+    if kernel.contains('\0') {
+        let reason = format!("the kernel name {kernel:?} holds a NUL byte");
+        return Err(Error::misuse(call, Misuse::NulByte, reason));
+    }
+    if kernel.is_empty() || kernel == "." || kernel.contains(['/', '\\']) || kernel.contains("..") {
+        let reason = format!(
+            "the kernel name {kernel:?} is not a plain file name: it could name a file outside \
+             the cache folder; give the name Triton's metadata has"
+        );
+        return Err(Error::misuse(call, Misuse::BadFileName, reason));
+    }
+    Ok(())
 }

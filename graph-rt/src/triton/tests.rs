@@ -147,3 +147,106 @@ fn a_cubin_cut_short_is_refused_before_any_driver_call() {
         assert!(e.to_string().contains(says), "{e}");
     }
 }
+
+/// A fresh cache folder holding `k.json`.
+fn cache(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("graph-rt-triton-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("k.json"), b"{}").unwrap();
+    dir
+}
+
+#[test]
+fn kernel_names_that_leave_the_cache_folder_are_refused_before_any_read() {
+    use super::TritonFiles;
+    let dir = cache("names");
+    // A metadata file one level up, which `../` would reach.
+    let outside = dir
+        .parent()
+        .unwrap()
+        .join(format!("graph-rt-outside-{}.json", std::process::id()));
+    std::fs::write(&outside, b"{}").unwrap();
+    let escape = format!("../{}", outside.file_stem().unwrap().to_string_lossy());
+    for name in [
+        escape.as_str(),
+        "..",
+        ".",
+        "",
+        "a/b",
+        "/etc/passwd",
+        "a\\b",
+        "x..y",
+    ] {
+        assert_eq!(
+            misuse(TritonFiles::read(&dir, name)),
+            Some(Misuse::BadFileName),
+            "{name:?}"
+        );
+    }
+    assert_eq!(
+        misuse(TritonFiles::read(&dir, "k\0")),
+        Some(Misuse::NulByte)
+    );
+    assert_eq!(TritonFiles::read(&dir, "k").unwrap().metadata, "{}");
+    std::fs::remove_file(&outside).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_fifo_or_a_folder_in_the_cache_is_refused_promptly() {
+    use super::TritonFiles;
+    let dir = cache("fifo");
+    let c = std::ffi::CString::new(dir.join("k.ptx").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dir.clone();
+    std::thread::spawn(move || tx.send(misuse(TritonFiles::read(&d, "k"))));
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("TritonFiles::read blocked on a FIFO");
+    assert_eq!(got, Some(Misuse::UntrustedFile));
+    std::fs::remove_file(dir.join("k.ptx")).unwrap();
+    std::fs::create_dir(dir.join("k.cubin")).unwrap();
+    let e = TritonFiles::read(&dir, "k").unwrap_err();
+    assert_eq!(e.misuse_kind(), Some(&Misuse::UntrustedFile));
+    assert!(e.to_string().contains("k.cubin is a folder"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn oversized_or_linked_cache_files_are_refused() {
+    use super::TritonFiles;
+    let dir = cache("large");
+    // Sparse: over the 256 MiB cap without taking the disk.
+    std::fs::File::create(dir.join("k.ttir"))
+        .unwrap()
+        .set_len(300 << 20)
+        .unwrap();
+    assert_eq!(
+        misuse(TritonFiles::read(&dir, "k")),
+        Some(Misuse::TooLarge { what: "file" })
+    );
+    std::fs::remove_file(dir.join("k.ttir")).unwrap();
+    std::fs::File::create(dir.join("k.json"))
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    assert_eq!(
+        misuse(TritonFiles::read(&dir, "k")),
+        Some(Misuse::TooLarge { what: "file" })
+    );
+    std::fs::remove_file(dir.join("k.json")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.join("k.json")).unwrap();
+    assert_eq!(
+        misuse(TritonFiles::read(&dir, "k")),
+        Some(Misuse::UntrustedFile)
+    );
+    // No metadata at all: the file system's failure, not a misuse.
+    std::fs::remove_file(dir.join("k.json")).unwrap();
+    let e = TritonFiles::read(&dir, "k").unwrap_err();
+    assert_eq!(e.misuse_kind(), None, "{e}");
+    assert!(e.to_string().contains("k.json does not exist"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
