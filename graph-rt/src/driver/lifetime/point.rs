@@ -36,7 +36,7 @@ pub(crate) enum Point {
     Progress(Arc<dyn Progress>, u64),
     /// CPU tests' stand-in for an event: passed once the flag is set.
     #[cfg(test)]
-    Fake(Arc<std::sync::atomic::AtomicBool>),
+    Fake(Arc<crate::driver::sync::AtomicBool>),
 }
 
 /// An event graph-rt created for a point, destroyed when the last holder lets go.
@@ -105,7 +105,7 @@ impl Point {
             #[cfg(test)]
             Point::Fake(done) => {
                 while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    std::thread::sleep(std::time::Duration::from_micros(100));
+                    crate::driver::sync::pause(std::time::Duration::from_micros(100));
                 }
                 true
             }
@@ -123,7 +123,7 @@ impl Point {
             if self.is_capturing() || std::time::Instant::now() > deadline {
                 return false;
             }
-            std::thread::sleep(std::time::Duration::from_micros(100));
+            crate::driver::sync::pause(std::time::Duration::from_micros(100));
         }
     }
 
