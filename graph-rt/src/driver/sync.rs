@@ -16,12 +16,17 @@ pub(crate) use parking_lot::{
     Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize};
+pub(crate) use std::sync::atomic::AtomicUsize;
+// Fake completion points (tests).
+#[cfg(all(test, not(loom)))]
+pub(crate) use std::sync::atomic::AtomicBool;
 #[cfg(not(loom))]
 pub(crate) use std::thread_local;
 
+#[cfg(all(test, loom))]
+pub(crate) use loom::sync::atomic::AtomicBool;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicUsize};
+pub(crate) use loom::sync::atomic::AtomicUsize;
 // Loom's macro takes no `const` initializer (the std one's fast path).
 #[cfg(loom)]
 macro_rules! loom_thread_local {

@@ -24,10 +24,12 @@ impl Section {
     }
 
     fn enter(&self) {
+        // SAFETY: loom checks the claim under test, that no other access is concurrent.
         self.0.with_mut(|n| unsafe { *n += 1 });
     }
 
     fn count(&self) -> u32 {
+        // SAFETY: as in `enter`.
         self.0.with(|n| unsafe { *n })
     }
 }
