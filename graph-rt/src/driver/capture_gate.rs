@@ -13,7 +13,8 @@
 //! owner's guard, a cuBLAS handle). So that another thread's capture, such as one rank's step in
 //! thread-local mode, is not broken by them, such a wait first lets graph-rt's captures of the
 //! context, and its global-mode captures of any context, on other threads end; and a capture does
-//! not begin in a context while such a wait of it is under way. A wait made on a thread that is
+//! not begin in a context while such a wait of it is under way (a global-mode one, while such a
+//! wait of any context is). A wait made on a thread that is
 //! capturing itself (in the context, or in a mode other than relaxed) goes to the driver at once:
 //! the driver refuses it, and the capture cannot wait for itself. A capture another library began
 //! is not seen.
@@ -24,7 +25,7 @@ use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use super::sync::{thread_local, Condvar, Mutex, MutexGuard};
 
 use super::CaptureMode;
 use crate::error::{Error, Result};
@@ -53,9 +54,17 @@ struct Gate {
 }
 
 /// The gates with a capture or a wait under way (a handful: one per context).
+#[cfg(not(loom))]
 static GATES: Mutex<Vec<Gate>> = Mutex::new(Vec::new());
 /// Signalled whenever a capture or a wait ends.
+#[cfg(not(loom))]
 static CHANGED: Condvar = Condvar::new();
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref GATES: Mutex<Vec<Gate>> = Mutex::new(Vec::new());
+    static ref CHANGED: Condvar = Condvar::new();
+}
 
 thread_local! {
     /// This thread's captures under way: their context, and whether in relaxed mode (once per
@@ -153,8 +162,9 @@ fn pass(
 }
 
 /// Records a capture about to begin in context `ctx` (its raw handle), once no whole-context
-/// wait of graph-rt is under way there (up to `patience`; `call` names the capture's call in the
-/// timeout). A wait of this very thread cannot be under way: it would be in the driver.
+/// wait of graph-rt is under way there, nor, for a global-mode capture, in any context (up to
+/// `patience`; `call` names the capture's call in the timeout). A wait of this very thread
+/// cannot be under way: it would be in the driver.
 pub(crate) fn enter_capture(
     ctx: usize,
     mode: CaptureMode,
@@ -164,7 +174,15 @@ pub(crate) fn enter_capture(
     let global = mode == CaptureMode::Global;
     pass(
         patience,
-        |g| gate(g, ctx).syncs > 0,
+        // A global-mode capture breaks on a wait of any context, as a wait of any context
+        // waits for it.
+        |g| {
+            if global {
+                g.iter().any(|g| g.syncs > 0)
+            } else {
+                gate(g, ctx).syncs > 0
+            }
+        },
         |g| {
             gate(g, ctx).captures += 1;
             if global {
@@ -234,7 +252,10 @@ pub(crate) fn synchronize<R>(
     wait()
 }
 
-#[cfg(test)]
+#[cfg(all(test, loom))]
+mod loom_models;
+
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -292,6 +313,27 @@ mod tests {
             });
             go.recv().unwrap();
             let _entry = enter_capture(ctx, CaptureMode::ThreadLocal, "test", LONG).unwrap();
+            assert!(done.load(Ordering::SeqCst), "began during the wait");
+        });
+    }
+
+    #[test]
+    fn a_global_capture_begins_once_a_wait_of_another_context_has_finished() {
+        let (a, b) = (0x100b, 0x100c);
+        let done = AtomicBool::new(false);
+        let (waiting, go) = mpsc::channel();
+        std::thread::scope(|t| {
+            t.spawn(|| {
+                synchronize(b, LONG, || {
+                    waiting.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(50));
+                    done.store(true, Ordering::SeqCst);
+                    Ok(())
+                })
+                .unwrap();
+            });
+            go.recv().unwrap();
+            let _entry = enter_capture(a, CaptureMode::Global, "test", LONG).unwrap();
             assert!(done.load(Ordering::SeqCst), "began during the wait");
         });
     }

@@ -64,8 +64,10 @@
 mod exit;
 mod lane;
 mod lock;
+#[cfg(all(test, loom))]
+mod loom_models;
 mod point;
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 mod thread;
 
@@ -76,7 +78,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use graph_rt_sys::CUcontext;
-use parking_lot::{Condvar, Mutex};
 
 pub(crate) use self::exit::{exiting, CAPTURE_PATIENCE as EXIT_CAPTURE_PATIENCE};
 pub(crate) use self::lane::Lane;
@@ -85,6 +86,7 @@ use self::lock::{capturing, releasing, Blocked, Exclusive};
 pub(crate) use self::point::{point_after, Point, Progress};
 use self::thread::{is_release_thread_of, on_release_thread, release_thread};
 use super::stream::StreamInner;
+use super::sync::{Condvar, Mutex};
 use crate::driver::cu;
 use crate::error::Result;
 

@@ -21,6 +21,7 @@ mod memory;
 mod module;
 mod pinned;
 mod stream;
+pub(crate) mod sync;
 mod view;
 
 pub(crate) use allocation::Allocation;

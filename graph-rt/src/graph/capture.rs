@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytemuck::Pod;
 use graph_rt_sys::{CUgraph, CUgraphNode};
-use parking_lot::RwLockReadGuard;
 
 use super::graph::{node_count, raw_nodes, Graph, Node};
 use super::identity::{CapturedNode, Creation};
@@ -260,7 +259,7 @@ struct ActiveCapture<'s, 'g> {
     succeeded: bool,
     // A global-mode capture keeps the release threads from freeing memory meanwhile (dropped
     // after `drop` has ended the capture).
-    _no_release: Option<RwLockReadGuard<'static, ()>>,
+    _no_release: Option<crate::driver::sync::RwLockReadGuard<'static, ()>>,
 }
 
 impl<'s, 'g> ActiveCapture<'s, 'g> {
@@ -268,7 +267,7 @@ impl<'s, 'g> ActiveCapture<'s, 'g> {
         stream: &'s Stream,
         into: Option<&'g mut Graph>,
         gate: CaptureEntry,
-        no_release: Option<RwLockReadGuard<'static, ()>>,
+        no_release: Option<crate::driver::sync::RwLockReadGuard<'static, ()>>,
     ) -> Self {
         let scope = CaptureScope {
             stream,

@@ -176,7 +176,7 @@ pub(crate) fn exiting() -> bool {
 }
 
 /// The loader's count when the hook was last registered (for tests).
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 pub(super) fn armed_at() -> u64 {
     *ARMED_AT.lock()
 }
@@ -198,6 +198,9 @@ fn close_all() {
     };
     let queues: Vec<Arc<Shared>> = live.iter().filter_map(Weak::upgrade).collect();
     drop(live);
+    if queues.is_empty() {
+        return;
+    }
     close_queues(&queues);
 }
 

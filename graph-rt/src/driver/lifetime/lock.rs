@@ -3,18 +3,28 @@
 //! shared and a releasing thread holds it exclusively (never while it waits for the device).
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use crate::driver::sync::{
+    pause, thread_local, AtomicUsize, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
 /// Held shared by graph-rt's global-mode captures, exclusively by a thread releasing.
+#[cfg(not(loom))]
 pub(super) static CAPTURE_LOCK: RwLock<()> = RwLock::new(());
 
 /// How many threads hold [`CAPTURE_LOCK`] exclusively to release (0 or 1), as opposed to the
 /// captures that hold it shared: a release waits for other releases, and gives up only on a
 /// capture.
+#[cfg(not(loom))]
 pub(super) static RELEASES: AtomicUsize = AtomicUsize::new(0);
+
+#[cfg(loom)]
+loom::lazy_static! {
+    pub(super) static ref CAPTURE_LOCK: RwLock<()> = RwLock::new(());
+    pub(super) static ref RELEASES: AtomicUsize = AtomicUsize::new(0);
+}
 
 thread_local! {
     /// Whether this thread holds [`CAPTURE_LOCK`] exclusively (it is releasing): a teardown
@@ -43,7 +53,7 @@ pub(super) fn capturing() -> bool {
             return true;
         }
         // A release holds it: look again once it is done.
-        std::thread::sleep(Duration::from_micros(50));
+        pause(Duration::from_micros(50));
     }
 }
 

@@ -36,7 +36,7 @@ pub(crate) enum Point {
     Progress(Arc<dyn Progress>, u64),
     /// CPU tests' stand-in for an event: passed once the flag is set.
     #[cfg(test)]
-    Fake(Arc<std::sync::atomic::AtomicBool>),
+    Fake(Arc<crate::driver::sync::AtomicBool>),
     /// CPU tests' stand-in for an event whose query and wait answer this code (a `CUresult`),
     /// judged as an event's answers are.
     #[cfg(test)]
@@ -159,7 +159,7 @@ impl Point {
             #[cfg(test)]
             Point::Fake(done) => {
                 while !done.load(std::sync::atomic::Ordering::Acquire) {
-                    std::thread::sleep(std::time::Duration::from_micros(100));
+                    crate::driver::sync::pause(std::time::Duration::from_micros(100));
                 }
                 true
             }
@@ -192,7 +192,7 @@ impl Point {
             if self.is_capturing() || std::time::Instant::now() > deadline {
                 return false;
             }
-            std::thread::sleep(std::time::Duration::from_micros(100));
+            crate::driver::sync::pause(std::time::Duration::from_micros(100));
         }
     }
 

@@ -6,11 +6,10 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use parking_lot::MutexGuard;
-
 use super::lock::Exclusive;
 use super::point::Point;
 use super::{exit, Entry, Shared};
+use crate::driver::sync::{thread_local, MutexGuard};
 
 /// The release thread's shortest and longest pause between polls while nothing has passed.
 const BACKOFF: (Duration, Duration) = (Duration::from_micros(20), Duration::from_millis(1));
