@@ -6,7 +6,7 @@ use graph_rt_sys::{CUcontext, CUmodule, CUresult};
 use parking_lot::Mutex;
 
 use super::call::cu;
-use super::lifetime::Tracker;
+use super::lifetime::{Reclaim, Tracker};
 use super::{Device, Module};
 use crate::error::{Error, Result};
 
@@ -261,8 +261,18 @@ impl ContextInner {
             Err(e) if e.code() == Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY) => e,
             r => return r,
         };
-        if !self.tracker.reclaim() {
-            return Err(first);
+        match self.tracker.reclaim() {
+            Reclaim::Released => {}
+            Reclaim::Nothing => return Err(first),
+            Reclaim::TimedOut(after) => {
+                return Err(Error::Timeout {
+                    call: first.call().unwrap_or("cuMemAlloc"),
+                    after,
+                    reason: format!(
+                        "{first}; the memory graph-rt holds for work in flight was not released: that work did not finish (a kernel that never ends, a collective whose peer died?)"
+                    ),
+                })
+            }
         }
         // Releases on this thread may have bound another context.
         self.bind()?;

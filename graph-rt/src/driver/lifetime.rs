@@ -84,11 +84,23 @@ pub(crate) use self::lane::Lane;
 pub(crate) use self::lock::capture_lock;
 use self::lock::{capturing, releasing, Blocked, Exclusive};
 pub(crate) use self::point::{point_after, Point, Progress};
+pub(crate) use self::thread::DEVICE_PATIENCE;
 use self::thread::{is_release_thread_of, on_release_thread, release_thread};
 use super::stream::StreamInner;
 use super::sync::{Condvar, Mutex};
 use crate::driver::cu;
 use crate::error::Result;
+
+/// What a reclaim did ([`Tracker::reclaim`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reclaim {
+    /// Nothing could be released (nothing parked, or no wait allowed here).
+    Nothing,
+    /// What was parked has been released: retrying may succeed.
+    Released,
+    /// The device did not finish the work what is parked waits for within this long.
+    TimedOut(Duration),
+}
 
 /// Something parked: anything whose drop frees what the device may use.
 pub(crate) type Parked = Box<dyn Any + Send>;
@@ -309,31 +321,42 @@ impl Tracker {
     /// After an allocation failed for lack of memory: has the release thread wait for the
     /// points of everything parked so far and release it (with what that release frees in
     /// turn), and for what other threads are releasing (up to a second), and waits until it
-    /// has. Returns whether anything was parked, i.e. whether retrying
-    /// the allocation may succeed. Waits for nothing, and returns false, on a release thread,
-    /// while this thread releases, and while a global-mode capture of graph-rt runs (perhaps on
-    /// this thread: freeing memory would invalidate it). Without a release thread, releases on
-    /// this thread what has passed, without waiting. The context must be current.
-    pub(crate) fn reclaim(&self) -> bool {
+    /// has, for at most [`DEVICE_PATIENCE`] (work that never ends, such as a collective whose
+    /// peer died, holds its memory past any wait). Returns whether anything was parked and
+    /// released, i.e. whether retrying the allocation may succeed. Waits for nothing, and
+    /// returns [`Reclaim::Nothing`], on a release thread, while this thread releases, and while a
+    /// global-mode capture of graph-rt runs (perhaps on this thread: freeing memory would
+    /// invalidate it). Without a release thread, releases on this thread what has passed,
+    /// without waiting. The context must be current.
+    pub(crate) fn reclaim(&self) -> Reclaim {
+        self.reclaim_within(DEVICE_PATIENCE)
+    }
+
+    /// [`Tracker::reclaim`], waiting at most `patience` for the device.
+    pub(crate) fn reclaim_within(&self, patience: Duration) -> Reclaim {
         if on_release_thread() || releasing() || self.parked() == 0 || capturing() {
-            return false;
+            return Reclaim::Nothing;
         }
         let mut state = self.shared.state.lock();
         if !state.running || state.closed {
             drop(state);
             self.poll();
-            return true;
+            return Reclaim::Released;
         }
         state.drain_ticket += 1;
         let ticket = state.drain_ticket;
         state.drain_mark = state.next_seq;
         self.shared.changed.notify_all();
+        let deadline = Instant::now() + patience;
         while state.drained < ticket && state.running && !state.closed {
-            self.shared.changed.wait(&mut state);
+            if Instant::now() >= deadline {
+                return Reclaim::TimedOut(patience);
+            }
+            self.shared.changed.wait_until(&mut state, deadline);
         }
         drop(state);
         self.shared.reclaims.fetch_add(1, Ordering::Relaxed);
-        true
+        Reclaim::Released
     }
 
     /// Teardown, with nothing of the context left in use (nothing parked holds it any more):

@@ -13,7 +13,7 @@ use parking_lot::Mutex;
 
 use super::lock::CAPTURE_LOCK;
 use super::point::{event_passed, Point};
-use super::{capture_lock, Parked, Tracker};
+use super::{capture_lock, Parked, Reclaim, Tracker};
 
 /// The tests share [`CAPTURE_LOCK`] (some hold it, as a capture would): one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -113,7 +113,11 @@ fn nothing_is_released_while_a_global_capture_runs() {
     park(&q, &f, Item(0, log.clone()));
     let capture = capture_lock();
     assert_eq!(q.poll(), 1);
-    assert!(!q.reclaim(), "a reclaim during a capture must not wait");
+    assert_eq!(
+        q.reclaim(),
+        Reclaim::Nothing,
+        "a reclaim during a capture must not wait"
+    );
     drop(capture);
     assert_eq!(q.poll(), 0);
     assert_eq!(*log.lock(), [0]);
@@ -182,7 +186,11 @@ fn a_panicking_release_leaves_the_thread_running() {
 fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
     let _serial = SERIAL.lock();
     let q = Tracker::new(std::ptr::null_mut());
-    assert!(!q.reclaim(), "nothing parked: nothing to retry for");
+    assert_eq!(
+        q.reclaim(),
+        Reclaim::Nothing,
+        "nothing parked: nothing to retry for"
+    );
     let log = Log::default();
     let points: Vec<_> = (0..3).map(|_| flag()).collect();
     for (i, f) in points.iter().enumerate() {
@@ -200,7 +208,7 @@ fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
             free
         })
     };
-    assert!(q.reclaim());
+    assert_eq!(q.reclaim(), Reclaim::Released);
     assert_eq!(q.parked(), 0, "the reclaim returned before the release");
     assert_eq!(log.lock().len(), 3);
     assert_eq!(q.reclaims(), 1);
@@ -208,6 +216,30 @@ fn a_reclaim_waits_for_the_fences_of_what_is_parked() {
         setter.join().unwrap(),
         "the capture lock was held while waiting for the points"
     );
+}
+
+#[test]
+fn a_reclaim_for_work_that_never_ends_gives_up_at_its_deadline() {
+    let _serial = SERIAL.lock();
+    let q = Arc::new(Tracker::new(std::ptr::null_mut()));
+    q.start();
+    let log = Log::default();
+    let never = flag();
+    park(&q, &never, Item(0, log.clone()));
+    let started = Instant::now();
+    assert_eq!(
+        q.reclaim_within(Duration::from_millis(50)),
+        Reclaim::TimedOut(Duration::from_millis(50))
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(log.lock().is_empty(), "released before its point passed");
+    // The point passes later: the batch goes then.
+    never.store(true, Ordering::Release);
+    eventually("released once its point passed", || *log.lock() == [0]);
 }
 
 #[test]
@@ -233,7 +265,7 @@ fn a_reclaim_waits_for_batches_another_thread_is_releasing() {
     park(&q, &f, Item(7, log.clone()));
     q.shared.state.lock().in_progress -= 1;
     q.shared.changed.notify_all();
-    assert!(reclaim.join().unwrap());
+    assert_eq!(reclaim.join().unwrap(), Reclaim::Released);
     assert_eq!(
         *log.lock(),
         [7],

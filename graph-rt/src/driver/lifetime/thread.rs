@@ -16,6 +16,10 @@ const BACKOFF: (Duration, Duration) = (Duration::from_micros(20), Duration::from
 /// How long a reclaim waits for the batches other threads are releasing (`poll`,
 /// `synchronize`) to be released, past its own points.
 pub(super) const RECLAIM_PATIENCE: Duration = Duration::from_secs(1);
+/// How long a reclaim waits for the device to finish the work what is parked waits for: an
+/// allocation out of memory gives up then ([`Error::Timeout`](crate::Error::Timeout)) rather
+/// than wait for a kernel that may never end (a collective whose peer died).
+pub(crate) const DEVICE_PATIENCE: Duration = Duration::from_secs(30);
 
 thread_local! {
     /// The queue this thread is the release thread of (its address; 0 on other threads): a
@@ -82,8 +86,11 @@ fn release_until_closed(shared: &Shared) -> Option<Instant> {
                 // A reclaim: wait for the device first, without the capture lock (holding it
                 // would keep graph-rt's global-mode captures, and other contexts' releases,
                 // waiting for the device too).
+                let deadline = Instant::now() + DEVICE_PATIENCE;
                 for mut point in waits {
-                    point.wait();
+                    if !point.wait_until(deadline) {
+                        break;
+                    }
                 }
                 // Waits for graph-rt's global-mode captures to end, checking for closing
                 // meanwhile (the context may be torn down by a thread that captures).
