@@ -296,14 +296,14 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_capture_begins_once_a_wait_under_way_has_finished() {
-        let ctx = 0x1002;
+    /// A capture of `capture` in `mode`, asked for while a wait of `wait` is under way on
+    /// another thread, begins only once that wait has finished.
+    fn begins_after_a_wait(wait: usize, capture: usize, mode: CaptureMode) {
         let done = AtomicBool::new(false);
         let (waiting, go) = mpsc::channel();
         std::thread::scope(|t| {
             t.spawn(|| {
-                synchronize(ctx, LONG, || {
+                synchronize(wait, LONG, || {
                     waiting.send(()).unwrap();
                     std::thread::sleep(Duration::from_millis(50));
                     done.store(true, Ordering::SeqCst);
@@ -312,30 +312,19 @@ mod tests {
                 .unwrap();
             });
             go.recv().unwrap();
-            let _entry = enter_capture(ctx, CaptureMode::ThreadLocal, "test", LONG).unwrap();
+            let _entry = enter_capture(capture, mode, "test", LONG).unwrap();
             assert!(done.load(Ordering::SeqCst), "began during the wait");
         });
     }
 
     #[test]
+    fn a_capture_begins_once_a_wait_under_way_has_finished() {
+        begins_after_a_wait(0x1002, 0x1002, CaptureMode::ThreadLocal);
+    }
+
+    #[test]
     fn a_global_capture_begins_once_a_wait_of_another_context_has_finished() {
-        let (a, b) = (0x100b, 0x100c);
-        let done = AtomicBool::new(false);
-        let (waiting, go) = mpsc::channel();
-        std::thread::scope(|t| {
-            t.spawn(|| {
-                synchronize(b, LONG, || {
-                    waiting.send(()).unwrap();
-                    std::thread::sleep(Duration::from_millis(50));
-                    done.store(true, Ordering::SeqCst);
-                    Ok(())
-                })
-                .unwrap();
-            });
-            go.recv().unwrap();
-            let _entry = enter_capture(a, CaptureMode::Global, "test", LONG).unwrap();
-            assert!(done.load(Ordering::SeqCst), "began during the wait");
-        });
+        begins_after_a_wait(0x100c, 0x100b, CaptureMode::Global);
     }
 
     #[test]
