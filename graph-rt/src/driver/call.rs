@@ -13,9 +13,9 @@
 /// caller destroys what it made, as after any failure of it).
 macro_rules! cu {
     (cuStreamEndCapture ( $($arg:expr),* $(,)? )) => {{
+        let call = stringify!(cuStreamEndCapture);
         let ended = ::graph_rt_sys::cuStreamEndCapture($($arg),*);
-        let injected = $crate::driver::injected("cuStreamEndCapture");
-        $crate::error::check("cuStreamEndCapture", injected.map_or(ended, Ok))
+        $crate::error::check(call, $crate::driver::injected(call).map_or(ended, Ok))
     }};
     ($f:ident ( $($arg:expr),* $(,)? )) => {
         match $crate::driver::injected(stringify!($f)) {
