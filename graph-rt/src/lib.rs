@@ -74,8 +74,8 @@ pub mod triton;
 /// [`ArgTable`]'s slots). The manual's `foreign` chapter (`graph_rt::manual`) walks through it.
 pub mod foreign {
     pub use crate::discover::{
-        discover, discover_graphs, kernel_snapshots, Discovery, Dynamic, HostPatcher,
-        KernelSnapshot, NodeParams, Patch, Unexplained,
+        discover, discover_graphs, discover_with_internal, kernel_snapshots, Discovery, Dynamic,
+        HostPatcher, KernelSnapshot, NodeParams, Patch, Unexplained,
     };
     pub use crate::prelude::{Prelude, PreludeMode, PreludeOptions, PreludeReport};
 }
@@ -88,7 +88,7 @@ pub use driver::{
 pub use error::{check, Error, Misuse, Result};
 pub use graph::{
     CaptureMode, CaptureScope, CapturedNode, Edge, EdgeKind, ExecUpdate, Graph, GraphAllocation,
-    GraphExec, InstantiateOptions, Node, NodeKind, UpdateFailure, UpdateFailureKind,
+    GraphExec, InstantiateOptions, MemoryNode, Node, NodeKind, UpdateFailure, UpdateFailureKind,
 };
 pub use launch::{
     ArgSlot, Dim3, KernelArg, KernelArgList, KernelArgs, LaunchConfig, Launcher, ScalarKind,

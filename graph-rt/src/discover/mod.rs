@@ -11,7 +11,9 @@ mod scan;
 mod snapshot;
 
 pub use patch::HostPatcher;
-pub use scan::{discover, Discovery, Dynamic, NodeParams, Patch, Unexplained};
+pub use scan::{
+    discover, discover_with_internal, Discovery, Dynamic, NodeParams, Patch, Unexplained,
+};
 pub use snapshot::{kernel_snapshots, KernelSnapshot};
 
 use crate::error::{Error, Misuse, Result};
@@ -19,7 +21,9 @@ use crate::graph::Graph;
 
 /// Discovers the dynamic words of `first`'s kernel nodes against `second`, a capture of the
 /// same work whose dynamic buffer `k` was `dyn_second[k]` where `first`'s was `dyn_first[k]`.
-/// Returns `first`'s snapshots (for [`HostPatcher::new`]) and the discovery.
+/// Memory the captures allocated themselves (their allocation nodes, paired in node order) is
+/// graph-internal ([`discover_with_internal`]). Returns `first`'s snapshots (for
+/// [`HostPatcher::new`]) and the discovery.
 pub fn discover_graphs(
     first: &Graph,
     second: &Graph,
@@ -30,7 +34,17 @@ pub fn discover_graphs(
     let b = kernel_snapshots(second)?;
     let pa: Vec<NodeParams> = a.iter().map(|s| s.params.clone()).collect();
     let pb: Vec<NodeParams> = b.iter().map(|s| s.params.clone()).collect();
-    let d = discover(&pa, &pb, dyn_first, dyn_second).ok_or_else(|| {
+    let internal = |g: &Graph| -> Result<Vec<Dynamic>> {
+        Ok(g.mem_alloc_ranges()?
+            .into_iter()
+            .map(|a| Dynamic {
+                base: a.ptr,
+                len: a.bytes as u64,
+            })
+            .collect())
+    };
+    let (ia, ib) = (internal(first)?, internal(second)?);
+    let d = discover_with_internal(&pa, &pb, dyn_first, dyn_second, &ia, &ib).ok_or_else(|| {
         Error::misuse(
             "discover_graphs",
             Misuse::DiscoveryMismatch,

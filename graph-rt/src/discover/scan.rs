@@ -3,6 +3,11 @@
 //! work with different allocations of those buffers. A word is accepted only where each capture
 //! holds its own allocation's address plus the same interior offset: no false positives by
 //! construction.
+//!
+//! Memory the captured work allocates itself (stream-ordered allocations a capture turns into
+//! the graph's allocation nodes) lies at other addresses in each capture, and each graph keeps
+//! its own for every replay: a word that is the `k`-th allocation's address plus the same
+//! interior offset in both captures is graph-internal, neither patched nor unexplained.
 
 /// One kernel node's parameters, as a capture recorded them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +82,16 @@ pub enum Unexplained {
         /// In the second.
         second: u64,
     },
+    /// The captures' allocation nodes differ: allocation `index` (in node order) has another
+    /// size in each, or only one capture made it (`None` in the other).
+    Allocation {
+        /// The allocation's index.
+        index: usize,
+        /// Its bytes in the first capture.
+        first: Option<u64>,
+        /// In the second.
+        second: Option<u64>,
+    },
 }
 
 /// The result of [`discover`].
@@ -84,6 +99,9 @@ pub enum Unexplained {
 pub struct Discovery {
     /// Every word to patch, by node then offset.
     pub patches: Vec<Patch>,
+    /// Words that differ between the captures as graph-internal addresses (the same
+    /// allocation of each capture at the same interior offset): each graph keeps its own.
+    pub internal_words: usize,
     /// What differs and is not patched.
     pub unexplained: Vec<Unexplained>,
     /// Dynamic buffers no node reads (by index).
@@ -104,6 +122,23 @@ pub fn discover(
     dyn_first: &[Dynamic],
     dyn_second: &[Dynamic],
 ) -> Option<Discovery> {
+    discover_with_internal(first, second, dyn_first, dyn_second, &[], &[])
+}
+
+/// [`discover`], where the captures also allocated memory of their own: `internal_first[k]`
+/// and `internal_second[k]` are the `k`-th allocation node's memory in each (in node order). A
+/// differing word that is allocation `k`'s address plus `d` in the first capture and allocation
+/// `k`'s plus the same `d` in the second is graph-internal (counted in
+/// [`Discovery::internal_words`]); allocations pair only where both captures made one of the
+/// same size, and every other difference in them is an [`Unexplained::Allocation`].
+pub fn discover_with_internal(
+    first: &[NodeParams],
+    second: &[NodeParams],
+    dyn_first: &[Dynamic],
+    dyn_second: &[Dynamic],
+    internal_first: &[Dynamic],
+    internal_second: &[Dynamic],
+) -> Option<Discovery> {
     if dyn_first.len() != dyn_second.len() {
         return None;
     }
@@ -114,6 +149,22 @@ pub fn discover(
         return None;
     }
     let mut out = Discovery::default();
+    let paired: Vec<(Dynamic, Dynamic)> = internal_first
+        .iter()
+        .zip(internal_second)
+        .filter(|(a, b)| a.len == b.len)
+        .map(|(a, b)| (*a, *b))
+        .collect();
+    let allocations = internal_first.len().max(internal_second.len());
+    if let Some(index) = (0..allocations)
+        .find(|&k| internal_first.get(k).map(|d| d.len) != internal_second.get(k).map(|d| d.len))
+    {
+        out.unexplained.push(Unexplained::Allocation {
+            index,
+            first: internal_first.get(index).map(|d| d.len),
+            second: internal_second.get(index).map(|d| d.len),
+        });
+    }
     if first.len() != second.len() {
         out.unexplained.push(Unexplained::NodeCount {
             first: first.len(),
@@ -143,6 +194,11 @@ pub fn discover(
                                 let d = da.interior(wa)?;
                                 (db.interior(wb) == Some(d)).then_some((k, d))
                             });
+                    let internal = || {
+                        paired.iter().any(|(ia, ib)| {
+                            ia.interior(wa).is_some_and(|d| ib.interior(wb) == Some(d))
+                        })
+                    };
                     match hit {
                         Some((buffer, interior)) => out.patches.push(Patch {
                             node,
@@ -150,6 +206,7 @@ pub fn discover(
                             buffer,
                             interior,
                         }),
+                        None if internal() => out.internal_words += 1,
                         None => out.unexplained.push(Unexplained::WordDiffers {
                             node,
                             offset,
@@ -318,5 +375,105 @@ mod tests {
             .unwrap()
             .unexplained
             .is_empty());
+    }
+
+    #[test]
+    fn addresses_of_the_same_allocation_at_the_same_interior_offset_are_internal() {
+        // Each capture's own two allocations (what a stream-ordered alloc in a capture makes).
+        let g0 = Dynamic {
+            base: 0xa000_0000,
+            len: 0x2000,
+        };
+        let g1 = Dynamic {
+            base: 0xa000_4000,
+            len: 0x100,
+        };
+        let h0 = Dynamic {
+            base: 0xb000_0000,
+            len: 0x2000,
+        };
+        let h1 = Dynamic {
+            base: 0xb000_4000,
+            len: 0x100,
+        };
+        // kernel(x, tmp0 + 0x40, tmp1): x declared.
+        let layout = [(0, 8), (8, 8), (16, 8)];
+        let a = node(1, &[A0.base, g0.base + 0x40, g1.base], &layout);
+        let b = node(1, &[B0.base, h0.base + 0x40, h1.base], &layout);
+        let d = discover_with_internal(
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&b),
+            &[A0],
+            &[B0],
+            &[g0, g1],
+            &[h0, h1],
+        )
+        .unwrap();
+        assert_eq!(d.patches.len(), 1);
+        assert_eq!(d.internal_words, 2);
+        assert!(d.unexplained.is_empty(), "{:?}", d.unexplained);
+        // Without the allocations declared, the same words are unexplained (the behaviour of
+        // `discover`).
+        let d = discover(
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&b),
+            &[A0],
+            &[B0],
+        )
+        .unwrap();
+        assert_eq!((d.internal_words, d.unexplained.len()), (0, 2));
+        // Another allocation, or another interior offset, in the second capture: unexplained.
+        for second in [h1.base + 0x40, h0.base + 0x48] {
+            let b = node(1, &[B0.base, second, h1.base], &layout);
+            let d = discover_with_internal(
+                std::slice::from_ref(&a),
+                &[b],
+                &[A0],
+                &[B0],
+                &[g0, g1],
+                &[h0, h1],
+            )
+            .unwrap();
+            assert_eq!(d.internal_words, 1, "{second:#x}");
+            assert!(matches!(
+                d.unexplained[..],
+                [Unexplained::WordDiffers { offset: 8, .. }]
+            ));
+        }
+    }
+
+    #[test]
+    fn allocations_of_other_sizes_or_counts_are_unexplained_and_not_paired() {
+        let g0 = Dynamic {
+            base: 0xa000_0000,
+            len: 0x2000,
+        };
+        let h0 = Dynamic {
+            base: 0xb000_0000,
+            len: 0x1000,
+        };
+        let layout = [(0, 8)];
+        let a = node(1, &[g0.base + 8], &layout);
+        let b = node(1, &[h0.base + 8], &layout);
+        let d = discover_with_internal(&[a.clone()], &[b.clone()], &[], &[], &[g0], &[h0]).unwrap();
+        assert_eq!(d.internal_words, 0);
+        assert_eq!(
+            d.unexplained[0],
+            Unexplained::Allocation {
+                index: 0,
+                first: Some(0x2000),
+                second: Some(0x1000)
+            }
+        );
+        assert!(matches!(d.unexplained[1], Unexplained::WordDiffers { .. }));
+        let d = discover_with_internal(&[a], &[b], &[], &[], &[g0], &[]).unwrap();
+        assert_eq!(
+            d.unexplained[0],
+            Unexplained::Allocation {
+                index: 0,
+                first: Some(0x2000),
+                second: None
+            }
+        );
     }
 }

@@ -40,6 +40,15 @@ pub struct GraphAllocation {
     pub bytes: usize,
 }
 
+/// What a memory node does ([`Graph::memory_node`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryNode {
+    /// Allocates this memory (the same address in every replay).
+    Alloc(GraphAllocation),
+    /// Frees the graph allocation at this address.
+    Free(graph_rt_sys::CUdeviceptr),
+}
+
 // SAFETY: the graph that allocated the memory owns it; `retain` has nothing to hand over.
 unsafe impl crate::launch::KernelArg for GraphAllocation {
     type Param = graph_rt_sys::CUdeviceptr;
@@ -300,6 +309,34 @@ impl Graph {
         let raw = node.raw_in(self.handle.id, "Graph::copied_ranges")?;
         // SAFETY: a node of this (live) graph.
         unsafe { super::raw_node::copy_node_ranges(raw) }
+    }
+
+    /// What `node` allocates or frees, if it is a memory node (`None` for other kinds).
+    pub fn memory_node(&self, node: Node) -> Result<Option<MemoryNode>> {
+        let handle = Arc::clone(&self.handle);
+        // Named for the method: the driver call is an allocation's or a free's, by the type.
+        let _guard = handle.lock("Graph::memory_node")?;
+        let raw = node.raw_in(self.handle.id, "Graph::memory_node")?;
+        // SAFETY: a node of this (live) graph.
+        unsafe { super::raw_node::memory_node(raw) }
+    }
+
+    /// The memory of every allocation node, in creation order (a capture's: the order its
+    /// stream-ordered allocations were made in).
+    pub fn mem_alloc_ranges(&self) -> Result<Vec<GraphAllocation>> {
+        let mut out = Vec::new();
+        for node in self.nodes()? {
+            if let Some(MemoryNode::Alloc(a)) = self.memory_node(node)? {
+                out.push(a);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the graph has memory nodes, which CUDA allows one exec of at a time: noted so
+    /// that a dropped exec is destroyed at once (see [`GraphExec`](crate::GraphExec)'s drop).
+    pub(crate) fn note_memory_nodes(&self) {
+        self.handle.one_exec.store(true, Ordering::Relaxed);
     }
 
     /// A deep copy (`cuGraphClone`) that keeps the same resources alive. Refused for a graph

@@ -16,7 +16,7 @@ mod update;
 
 pub use capture::{CaptureMode, CaptureScope};
 pub use exec::{GraphExec, InstantiateOptions};
-pub use graph::{Graph, GraphAllocation};
+pub use graph::{Graph, GraphAllocation, MemoryNode};
 pub use identity::CapturedNode;
 pub use node::{Edge, EdgeKind, Node, NodeKind};
 pub(crate) use raw_node::{kernel_node_params, make_device_updatable, node_type};

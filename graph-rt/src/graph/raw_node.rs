@@ -4,6 +4,7 @@
 
 use graph_rt_sys::{CUgraphNode, CUgraphNodeType, CUDA_KERNEL_NODE_PARAMS};
 
+use super::graph::{GraphAllocation, MemoryNode};
 use crate::driver::cu;
 use crate::error::{Error, Result};
 
@@ -99,6 +100,34 @@ pub(crate) unsafe fn copy_node_ranges(node: CUgraphNode) -> Result<Vec<(u64, u64
             Ok(vec![(p.dst, pitch * (p.height.max(1) as u64 - 1) + row)])
         }
         _ => Ok(Vec::new()),
+    }
+}
+
+/// What memory node `node` allocates (`cuGraphMemAllocNodeGetParams`: its address and size) or
+/// frees (`cuGraphMemFreeNodeGetParams`: the address), `None` for other kinds of node.
+///
+/// # Safety
+/// `node` must be a node of a live graph.
+pub(crate) unsafe fn memory_node(node: CUgraphNode) -> Result<Option<MemoryNode>> {
+    // SAFETY: forwarded to the caller.
+    match unsafe { node_type(node) }? {
+        CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_ALLOC => {
+            let mut p = graph_rt_sys::CUDA_MEM_ALLOC_NODE_PARAMS::default();
+            // SAFETY: an allocation node of a live graph (the caller's promise); the driver
+            // fills `p` (its access descriptors point into the node, and are not read).
+            unsafe { cu!(cuGraphMemAllocNodeGetParams(node, &mut p)) }?;
+            Ok(Some(MemoryNode::Alloc(GraphAllocation {
+                ptr: p.dptr,
+                bytes: p.bytesize,
+            })))
+        }
+        CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEM_FREE => {
+            let mut ptr = 0;
+            // SAFETY: a free node of a live graph (the caller's promise); valid out-pointer.
+            unsafe { cu!(cuGraphMemFreeNodeGetParams(node, &mut ptr)) }?;
+            Ok(Some(MemoryNode::Free(ptr)))
+        }
+        _ => Ok(None),
     }
 }
 
