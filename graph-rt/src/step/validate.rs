@@ -9,6 +9,11 @@
 //! its arguments (with the declared buffers' words as the replay will rewrite them), each copy's
 //! or set's ranges. Foreign launches (cuBLAS, cudarc, candle) go straight to the driver, so a
 //! capture is the one way to see them all.
+//!
+//! Memory the closure allocates in a capture (a stream-ordered allocation becomes the graph's
+//! allocation node) lies at other addresses in each capture: the `k`-th allocation node of one
+//! pairs with the `k`-th of the other, and an address inside it at the same interior offset is
+//! the same address. Each pair must have the same size.
 
 use std::fmt;
 
@@ -16,7 +21,7 @@ use graph_rt_sys::CUfunction;
 
 use crate::discover::{kernel_snapshots, Dynamic, KernelSnapshot, NodeParams, Patch};
 use crate::error::Result;
-use crate::graph::{Graph, Node, NodeKind};
+use crate::graph::{Graph, MemoryNode, Node, NodeKind};
 
 /// When a step validates its graph against its closure (see [`Step::validate`]), and what it
 /// does when they differ. A validation costs about one eager call of the closure's host side
@@ -187,6 +192,25 @@ pub enum Divergence {
         /// Its bytes now.
         now: Vec<u8>,
     },
+    /// Allocation node `node` allocates another number of bytes.
+    Allocation {
+        /// The node.
+        node: usize,
+        /// Bytes in the step's graph.
+        captured: u64,
+        /// Now.
+        now: u64,
+    },
+    /// Free node `node` frees another allocation (by its index among the allocation nodes;
+    /// `None`: memory no allocation node of the capture made).
+    Free {
+        /// The node.
+        node: usize,
+        /// The allocation it frees in the step's graph.
+        captured: Option<usize>,
+        /// Now.
+        now: Option<usize>,
+    },
     /// Copy or set node `node` covers other device ranges (`(first byte, bytes)`).
     Ranges {
         /// The node.
@@ -207,6 +231,8 @@ impl Divergence {
             | Divergence::Kernel { node, .. }
             | Divergence::Dimensions { node, .. }
             | Divergence::Argument { node, .. }
+            | Divergence::Allocation { node, .. }
+            | Divergence::Free { node, .. }
             | Divergence::Ranges { node, .. } => Some(*node),
         }
     }
@@ -260,6 +286,30 @@ impl fmt::Display for Divergence {
                 hex(now),
                 hex(replayed)
             ),
+            Divergence::Allocation {
+                node,
+                captured,
+                now,
+            } => write!(
+                f,
+                "allocation node {node} allocates {now} bytes where the graph allocates {captured}"
+            ),
+            Divergence::Free {
+                node,
+                captured,
+                now,
+            } => {
+                let which = |a: &Option<usize>| match a {
+                    Some(k) => format!("allocation {k}"),
+                    None => "memory the capture did not allocate".to_string(),
+                };
+                write!(
+                    f,
+                    "free node {node} frees {} where the graph frees {}",
+                    which(now),
+                    which(captured)
+                )
+            }
             Divergence::Ranges {
                 node,
                 captured,
@@ -279,6 +329,15 @@ pub(super) enum Sig {
     Kernel(LaunchDims, NodeParams),
     /// A copy or a set: the device ranges it covers.
     Ranges(Vec<(u64, u64)>),
+    /// A memory allocation: its address and bytes.
+    MemAlloc {
+        /// The address the capture gave it.
+        base: u64,
+        /// Its size.
+        bytes: u64,
+    },
+    /// A memory free: the address it frees.
+    MemFree(u64),
     /// Any other node, by kind.
     Other(NodeKind),
 }
@@ -316,6 +375,14 @@ pub(super) fn sigs_of(
                 None => Sig::Other(NodeKind::Kernel),
             },
             NodeKind::Memcpy | NodeKind::Memset => Sig::Ranges(graph.copied_ranges(*node)?),
+            NodeKind::MemAlloc | NodeKind::MemFree => match graph.memory_node(*node)? {
+                Some(MemoryNode::Alloc(a)) => Sig::MemAlloc {
+                    base: a.ptr,
+                    bytes: a.bytes as u64,
+                },
+                Some(MemoryNode::Free(ptr)) => Sig::MemFree(ptr),
+                None => Sig::Other(*kind),
+            },
             kind => Sig::Other(*kind),
         });
     }
@@ -352,6 +419,7 @@ impl Signature {
                 now: now.len(),
             });
         }
+        let pairs = Allocations::pair(&self.nodes, now);
         let mut kernel = 0;
         for (node, (a, b)) in self.nodes.iter().zip(now).enumerate() {
             match (a, b) {
@@ -372,23 +440,57 @@ impl Signature {
                         });
                     }
                     let replayed = self.replayed(kernel, pa, bound);
-                    if let Some((index, r, n)) = first_argument_difference(pa, &replayed, pb) {
+                    let translated = pairs.translate_params(pb);
+                    if let Some((index, r, _)) =
+                        first_argument_difference(pa, &replayed, &translated)
+                    {
+                        // The bytes as the closure passed them, not as translated.
+                        let now = pb.layout.get(index).map_or_else(
+                            || pb.bytes.clone(),
+                            |&(offset, size)| {
+                                let end = (offset + size).min(pb.bytes.len());
+                                pb.bytes.get(offset..end).unwrap_or_default().to_vec()
+                            },
+                        );
                         return Some(Divergence::Argument {
                             node,
                             kernel: name(pa.function),
                             index,
                             replayed: r,
-                            now: n,
+                            now,
                         });
                     }
                     kernel += 1;
                 }
                 (Sig::Ranges(ra), Sig::Ranges(rb)) => {
-                    if ra != rb {
+                    let translated: Vec<(u64, u64)> = rb
+                        .iter()
+                        .map(|&(start, len)| (pairs.translate(start), len))
+                        .collect();
+                    if *ra != translated {
                         return Some(Divergence::Ranges {
                             node,
                             captured: ra.clone(),
                             now: rb.clone(),
+                        });
+                    }
+                }
+                (Sig::MemAlloc { bytes: ba, .. }, Sig::MemAlloc { bytes: bb, .. }) => {
+                    if ba != bb {
+                        return Some(Divergence::Allocation {
+                            node,
+                            captured: *ba,
+                            now: *bb,
+                        });
+                    }
+                }
+                (Sig::MemFree(fa), Sig::MemFree(fb)) => {
+                    let (ka, kb) = (pairs.captured_index(*fa), pairs.now_index(*fb));
+                    if ka != kb || *fa != pairs.translate(*fb) {
+                        return Some(Divergence::Free {
+                            node,
+                            captured: ka,
+                            now: kb,
                         });
                     }
                 }
@@ -426,12 +528,92 @@ impl Signature {
     }
 }
 
+/// The allocations of two captures, paired in node order (the `k`-th of one with the `k`-th of
+/// the other, where both made one of the same size): addresses inside the second capture's
+/// allocation `k` translate to the same interior offset of the first's.
+struct Allocations {
+    captured: Vec<(u64, u64)>,
+    now: Vec<(u64, u64)>,
+}
+
+impl Allocations {
+    fn pair(captured: &[Sig], now: &[Sig]) -> Self {
+        let ranges = |sigs: &[Sig]| -> Vec<(u64, u64)> {
+            sigs.iter()
+                .filter_map(|s| match s {
+                    Sig::MemAlloc { base, bytes } => Some((*base, *bytes)),
+                    _ => None,
+                })
+                .collect()
+        };
+        Self {
+            captured: ranges(captured),
+            now: ranges(now),
+        }
+    }
+
+    fn index(ranges: &[(u64, u64)], addr: u64) -> Option<usize> {
+        ranges
+            .iter()
+            .position(|&(base, bytes)| addr >= base && addr - base < bytes)
+    }
+
+    /// The allocation of the step's graph that `addr` lies in.
+    fn captured_index(&self, addr: u64) -> Option<usize> {
+        Self::index(&self.captured, addr)
+    }
+
+    /// The allocation of the capture made now that `addr` lies in.
+    fn now_index(&self, addr: u64) -> Option<usize> {
+        Self::index(&self.now, addr)
+    }
+
+    /// `addr`, an address of the capture made now, as the step's graph has it: inside a paired
+    /// allocation, the same interior offset of its counterpart; anything else unchanged.
+    fn translate(&self, addr: u64) -> u64 {
+        let Some(k) = self.now_index(addr) else {
+            return addr;
+        };
+        match (self.captured.get(k), self.now.get(k)) {
+            (Some(&(base_a, bytes_a)), Some(&(base_b, bytes_b))) if bytes_a == bytes_b => {
+                base_a + (addr - base_b)
+            }
+            _ => addr,
+        }
+    }
+
+    /// `params` with every 8-aligned word of every argument of at least 8 bytes translated
+    /// (the words discovery looks at).
+    fn translate_params(&self, params: &NodeParams) -> NodeParams {
+        let mut out = params.clone();
+        if self.now.is_empty() {
+            return out;
+        }
+        for &(start, size) in &params.layout {
+            let end = start.saturating_add(size).min(out.bytes.len());
+            let mut offset = start.next_multiple_of(8);
+            while offset + 8 <= end {
+                if let Some(word) = out.bytes.get_mut(offset..offset + 8) {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(word);
+                    let t = self.translate(u64::from_le_bytes(w));
+                    word.copy_from_slice(&t.to_le_bytes());
+                }
+                offset += 8;
+            }
+        }
+        out
+    }
+}
+
 impl Sig {
     fn kind(&self) -> NodeKind {
         match self {
             Sig::Kernel(..) => NodeKind::Kernel,
             // Only the node's ranges are kept: either kind reads as a copy.
             Sig::Ranges(_) => NodeKind::Memcpy,
+            Sig::MemAlloc { .. } => NodeKind::MemAlloc,
+            Sig::MemFree(_) => NodeKind::MemFree,
             Sig::Other(k) => *k,
         }
     }
@@ -622,6 +804,114 @@ mod tests {
                 node: 1,
                 now: NodeKind::Host,
                 ..
+            })
+        ));
+    }
+
+    /// A closure that allocates two temporaries, runs a kernel over them (with its declared
+    /// buffer) and frees them, its allocations at `base` and `base + 0x10000`.
+    fn allocating(base: u64, second_bytes: u64, x: Dynamic) -> Vec<Sig> {
+        let t1 = base + 0x10000;
+        vec![
+            Sig::MemAlloc {
+                base,
+                bytes: 0x1000,
+            },
+            Sig::MemAlloc {
+                base: t1,
+                bytes: second_bytes,
+            },
+            kernel(1, 4, &[x.base + 0x10, base + 0x80, t1]),
+            Sig::Ranges(vec![(t1, 64), (base, 64)]),
+            Sig::MemFree(base),
+            Sig::MemFree(t1),
+        ]
+    }
+
+    #[test]
+    fn the_closures_own_allocations_at_other_addresses_are_the_same_work() {
+        // The step's graph captured its allocations at 0xa000_0000, this capture at 0xb000_0000.
+        let nodes = allocating(0xa000_0000, 0x2000, X0);
+        let s = Signature::new(
+            nodes.clone(),
+            vec![Patch {
+                node: 0,
+                offset: 0,
+                buffer: 0,
+                interior: 0x10,
+            }],
+        );
+        assert_eq!(
+            s.diverges(&allocating(0xb000_0000, 0x2000, X1), &[X1], name),
+            None
+        );
+        assert_eq!(s.diverges(&nodes, &[X0], name), None, "the same addresses");
+        // An allocation of another size.
+        assert_eq!(
+            s.diverges(&allocating(0xb000_0000, 0x4000, X1), &[X1], name),
+            Some(Divergence::Allocation {
+                node: 1,
+                captured: 0x2000,
+                now: 0x4000
+            })
+        );
+    }
+
+    #[test]
+    fn the_closures_allocations_used_at_other_offsets_or_swapped_diverge() {
+        let s = Signature::new(allocating(0xa000_0000, 0x2000, X0), Vec::new());
+        let b = 0xb000_0000;
+        // The kernel reads the first temporary at another offset.
+        let mut now = allocating(b, 0x2000, X0);
+        now[2] = kernel(1, 4, &[X0.base + 0x10, b + 0x88, b + 0x10000]);
+        assert!(matches!(
+            s.diverges(&now, &[X0], name),
+            Some(Divergence::Argument { node: 2, index: 1, ref now, .. })
+                if now[..] == (b + 0x88).to_le_bytes()
+        ));
+        // The copy covers the other temporary.
+        let mut now = allocating(b, 0x2000, X0);
+        now[3] = Sig::Ranges(vec![(b, 64), (b, 64)]);
+        assert!(matches!(
+            s.diverges(&now, &[X0], name),
+            Some(Divergence::Ranges { node: 3, .. })
+        ));
+        // The frees swapped: each frees the other allocation.
+        let mut now = allocating(b, 0x2000, X0);
+        now.swap(4, 5);
+        assert_eq!(
+            s.diverges(&now, &[X0], name),
+            Some(Divergence::Free {
+                node: 4,
+                captured: Some(0),
+                now: Some(1)
+            })
+        );
+        // A free of memory no allocation node made, where the graph frees its own.
+        let mut now = allocating(b, 0x2000, X0);
+        now[5] = Sig::MemFree(0x5000_0000);
+        let d = s.diverges(&now, &[X0], name);
+        assert_eq!(
+            d,
+            Some(Divergence::Free {
+                node: 5,
+                captured: Some(1),
+                now: None
+            })
+        );
+        assert!(d
+            .unwrap()
+            .to_string()
+            .contains("memory the capture did not allocate"));
+        // An allocation where the graph launched a kernel.
+        let mut now = allocating(b, 0x2000, X0);
+        now[2] = Sig::MemAlloc { base: b, bytes: 8 };
+        assert!(matches!(
+            s.diverges(&now, &[X0], name),
+            Some(Divergence::NodeKind {
+                node: 2,
+                captured: NodeKind::Kernel,
+                now: NodeKind::MemAlloc
             })
         ));
     }
