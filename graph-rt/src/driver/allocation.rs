@@ -8,7 +8,7 @@ use graph_rt_sys::CUdeviceptr;
 use super::call::cu;
 use super::capture_gate::whole_context_wait;
 use super::{Context, ContextInner, StreamInner};
-use crate::error::Result;
+use crate::error::{Error, Misuse, Result};
 
 /// Where an allocation's memory comes from, and so how it is released (the `Drop` of
 /// [`Allocation`]). Nothing outside this module sees the backing: launches, captures and exec
@@ -23,6 +23,10 @@ pub(super) enum Backing {
     /// `cuMemAllocAsync` from the device's stream-ordered pool, on this stream; freed with
     /// `cuMemFreeAsync` on it, ordered after the work queued there.
     StreamOrdered(Arc<StreamInner>),
+    /// Memory of a graph's allocation node: a stream-ordered allocation a capture recorded
+    /// (see [`DeviceBuffer::alloc_captured`](super::DeviceBuffer::alloc_captured)). The graph
+    /// frees it in each replay, by the free node its capture recorded; never freed here.
+    Graph,
     /// Not ours (see [`DeviceBuffer::from_raw`](super::DeviceBuffer::from_raw)): never freed.
     Foreign,
     /// Not ours, kept allocated by its owner's guard (see [`DeviceBuffer::from_raw_guarded`](super::DeviceBuffer::from_raw_guarded)),
@@ -115,7 +119,7 @@ impl Drop for Allocation {
             return;
         }
         let r = match &mut self.backing {
-            Backing::Foreign => return,
+            Backing::Foreign | Backing::Graph => return,
             Backing::Guarded(guard) => {
                 if let Some(guard) = guard.take() {
                     let after = GuardAfterDevice(self.ctx.clone(), Some(guard));
@@ -128,6 +132,26 @@ impl Drop for Allocation {
                 return self.ctx.tracker.release_later(Box::new(memory));
             }
             Backing::StreamOrdered(stream) => self.ctx.bind().and_then(|_| {
+                // A free on a capturing stream would be recorded as a free node of memory the
+                // capture did not allocate, which the driver refuses (breaking the capture):
+                // freed by `cuMemFree` on the release thread instead, which runs once graph-rt's
+                // captures have ended (and waits for the device). A misuse where the user's
+                // code dropped it (a step's closure dropping a buffer made before the step);
+                // the release thread's drop of what a graph kept is no one's.
+                if stream.capture_status()?
+                    != graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+                {
+                    let memory = DeviceMemory(self.ptr, self.ctx.clone());
+                    self.ctx.tracker.release_later(Box::new(memory));
+                    if super::lifetime::on_release_thread() {
+                        return Ok(());
+                    }
+                    return Err(Error::misuse(
+                        "cuMemFreeAsync",
+                        Misuse::FreedInCapture,
+                        "a stream-ordered buffer was dropped while its stream captures, and a capture may free only memory it allocated: keep the buffer alive until the capture ends (graph-rt frees this one once it has)",
+                    ));
+                }
                 // SAFETY: we allocated `ptr` on this stream, which we keep alive.
                 unsafe { cu!(cuMemFreeAsync(self.ptr, stream.raw())) }
             }),

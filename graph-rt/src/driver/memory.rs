@@ -210,15 +210,16 @@ impl<T: Pod> DeviceBuffer<T> {
     ///
     /// The buffer keeps the stream alive until it is freed. graph-rt's synchronous operations on
     /// it (copies, fills) first wait for `stream`. Not on a capturing stream: memory that lives
-    /// inside a graph comes from [`Graph::add_mem_alloc`](crate::Graph::add_mem_alloc). Out of
-    /// memory it retries as [`DeviceBuffer::alloc`].
+    /// inside a graph comes from [`Graph::add_mem_alloc`](crate::Graph::add_mem_alloc), or
+    /// inside a step from [`StepScope::alloc`](crate::step::StepScope::alloc). Out of memory it
+    /// retries as [`DeviceBuffer::alloc`].
     pub fn alloc_async(stream: &Stream, len: usize) -> Result<Self> {
         let bytes = byte_len::<T>("cuMemAllocAsync", len)?;
         if stream.capture_status()? != super::CaptureStatus::None {
             return Err(Error::misuse(
                 "cuMemAllocAsync",
                 Misuse::Capturing,
-                "the stream is capturing: use Graph::add_mem_alloc for memory that lives inside a graph",
+                "the stream is capturing: use Graph::add_mem_alloc for memory that lives inside a graph, or StepScope::alloc inside a step",
             ));
         }
         stream.context().bind()?;
@@ -235,6 +236,54 @@ impl<T: Pod> DeviceBuffer<T> {
             stream.ctx_inner(),
             Backing::StreamOrdered(stream.shared()),
         ))
+    }
+
+    /// Allocates `len` elements on `stream`, which is capturing: the capture records an
+    /// allocation node (`cuMemAllocAsync`), whose memory has the same address in every replay
+    /// of the graph and is valid from that node to the free node
+    /// [`DeviceBuffer::free_captured`] records. Nothing frees it otherwise: dropping the buffer
+    /// (or a graph that keeps it) frees nothing. No retry out of memory: a capture reserves
+    /// addresses only, the graph's memory is taken when it is instantiated or launched.
+    pub(crate) fn alloc_captured(stream: &Stream, len: usize) -> Result<Self> {
+        const CALL: &str = "cuMemAllocAsync";
+        let bytes = byte_len::<T>(CALL, len)?;
+        if stream.capture_status()? != super::CaptureStatus::Active {
+            // Not a misuse: graph-rt calls this only inside a capture it runs.
+            return Err(Error::invalid(
+                CALL,
+                "a graph's allocation is made in an active capture of the stream",
+            ));
+        }
+        stream.context().bind()?;
+        let mut ptr = 0;
+        if bytes > 0 {
+            // SAFETY: valid out-pointer and stream; the context is current. In a capture the
+            // call records an allocation node and returns its address.
+            unsafe { cu!(cuMemAllocAsync(&mut ptr, bytes, stream.as_raw())) }?;
+        }
+        Ok(Self::wrap(ptr, len, stream.ctx_inner(), Backing::Graph))
+    }
+
+    /// Records the free of a buffer of [`DeviceBuffer::alloc_captured`] into the capture of
+    /// `stream` (`cuMemFreeAsync`, a free node ordered after the work captured so far). No
+    /// work captured later may use the buffer: its caller frees it where the buffer's last user
+    /// drops it.
+    pub(crate) fn free_captured(&self, stream: &Stream) -> Result<()> {
+        const CALL: &str = "cuMemFreeAsync";
+        if self.ptr == 0 {
+            return Ok(());
+        }
+        if !matches!(self.alloc.backing, Backing::Graph) {
+            return Err(Error::misuse(
+                CALL,
+                Misuse::FreedInCapture,
+                "the buffer is not a graph allocation of the capture",
+            ));
+        }
+        stream.context().bind()?;
+        // SAFETY: the address an allocation node of this capture made (Backing::Graph); the
+        // driver records the free node and frees nothing now.
+        unsafe { cu!(cuMemFreeAsync(self.ptr, stream.as_raw())) }
     }
 
     /// Wraps device memory allocated elsewhere. graph-rt never frees it.

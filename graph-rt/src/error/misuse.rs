@@ -352,6 +352,21 @@ pub enum Misuse {
     PathInUse,
 
     // Steps.
+    /// Memory freed inside a capture that the capture did not allocate: a buffer made before
+    /// it (graph-rt's stream-ordered buffer dropped while its stream captures, which graph-rt
+    /// then frees once the capture has ended), or a framework's tensor made before a step and
+    /// dropped by its closure. A capture's free node may free only what an allocation node
+    /// made: keep what was made before the capture alive until it has ended.
+    FreedInCapture,
+    /// A step's capture allocated memory it did not free: allocation `allocation` (in node
+    /// order) would outlive each replay, and CUDA launches no graph again while an allocation
+    /// of it is live. Drop what the closure allocates (through
+    /// [`StepScope::alloc`](crate::step::StepScope::alloc) or a framework) before it returns;
+    /// what a step hands out is a declared buffer.
+    AllocationKept {
+        /// The allocation's index among the capture's allocation nodes.
+        allocation: usize,
+    },
     /// A step's closure did other work in one run than in another (node count, kernel, launch
     /// dimensions, or an argument that is neither a declared buffer nor the same each run).
     StepChanged,

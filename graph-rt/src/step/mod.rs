@@ -48,13 +48,14 @@
 //! `choose` and `error`; nothing depends on it.
 
 mod choice;
+mod memory;
 mod params;
 mod scope;
 mod validate;
 
 pub use choice::MixReport;
 pub use params::{Buf, Scalar, StepParams};
-pub use scope::StepScope;
+pub use scope::{StepBuffer, StepScope};
 pub use validate::{Divergence, LaunchDims, OnDivergence, Validation};
 
 use bytemuck::Pod;
@@ -65,7 +66,7 @@ use crate::choose::{CostModel, Mix};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
-use crate::graph::{CaptureMode, GraphExec, InstantiateOptions, NodeKind};
+use crate::graph::{CaptureMode, Graph, GraphExec, InstantiateOptions, NodeKind};
 use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
 use crate::table::SlotScalar;
 
@@ -351,6 +352,19 @@ where
             .map(|n| first.node_kind(*n))
             .collect::<Result<Vec<_>>>()?;
         refuse_copies_of_declared(&first, &nodes, &kinds, dyn_first)?;
+        let memory_nodes = kinds
+            .iter()
+            .any(|k| matches!(k, NodeKind::MemAlloc | NodeKind::MemFree));
+        if memory_nodes {
+            first.note_memory_nodes();
+            let memory = nodes
+                .iter()
+                .zip(&kinds)
+                .filter(|(_, k)| matches!(k, NodeKind::MemAlloc | NodeKind::MemFree))
+                .filter_map(|(n, _)| first.memory_node(*n).transpose())
+                .collect::<Result<Vec<_>>>()?;
+            memory::check_memory_nodes(&memory)?;
+        }
         let kernel_nodes = snapshots.len();
         let patched_words = discovery.patches.len();
         let mix = match &options.cost_model {
@@ -368,26 +382,56 @@ where
         }
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let sigs = validate::sigs_of(&first, &nodes, &kinds, &snapshots)?;
-        let signature = Signature::new(sigs, discovery.patches.clone());
-        let prelude = if patched_words > 0 {
-            let slots: Vec<_> = self.params.params.iter().map(|p| p.slot).collect();
-            Some(Prelude::install(
-                &mut first,
-                &self.params.table,
-                &snapshots,
-                &discovery,
-                dyn_first,
-                &slots,
-                prelude_options,
-            )?)
-        } else {
-            None
+        let mut signature = Signature::new(sigs, discovery.patches.clone());
+        let install = |step: &Self, graph: &mut Graph, snapshots: &[_], options| {
+            if patched_words == 0 {
+                return Ok(None);
+            }
+            let slots: Vec<_> = step.params.params.iter().map(|p| p.slot).collect();
+            let table = &step.params.table;
+            Prelude::install(
+                graph, table, snapshots, &discovery, dyn_first, &slots, options,
+            )
+            .map(Some)
         };
+        let mut prelude = install(self, &mut first, &snapshots, prelude_options)?;
         drop(snapshots);
-        let exec = first.instantiate_with(&InstantiateOptions {
-            upload: Some(&self.stream),
-            ..InstantiateOptions::default()
-        })?;
+        let instantiate = |graph: &mut Graph, stream: &Stream| {
+            graph.instantiate_with(&InstantiateOptions {
+                upload: Some(stream),
+                ..InstantiateOptions::default()
+            })
+        };
+        let in_graph = prelude
+            .as_ref()
+            .is_some_and(|p| p.report().mode == PreludeMode::Device);
+        let mut fell_back = None;
+        let exec = match instantiate(&mut first, &self.stream) {
+            Ok(exec) => exec,
+            // Whether CUDA instantiates device-updatable kernel nodes beside memory nodes is
+            // the driver's to say: where it does not, the same work is captured again and its
+            // words rewritten from the host instead (a graph once given device-updatable nodes
+            // cannot lose them).
+            Err(e) if memory_nodes && in_graph => {
+                drop((prelude.take(), first));
+                let (mut again, _) = self.capture_once(None)?;
+                again.note_memory_nodes();
+                let snapshots = crate::discover::kernel_snapshots(&again)?;
+                let sigs = validate::read_sigs(&again)?;
+                signature = Signature::new(sigs, discovery.patches.clone());
+                let host = PreludeOptions {
+                    host_only: true,
+                    ..prelude_options
+                };
+                prelude = install(self, &mut again, &snapshots, host)?;
+                drop(snapshots);
+                fell_back = Some(format!(
+                    "the graph has memory nodes (the closure allocates), and instantiating them beside the in-graph prelude's device-updatable nodes failed: {e}"
+                ));
+                instantiate(&mut again, &self.stream)?
+            }
+            Err(e) => return Err(e),
+        };
         self.stream.synchronize()?;
         let free_after = self.stream.context().memory_info()?.0;
         let build = BuildCost {
@@ -397,7 +441,10 @@ where
         let report = StepMode::Graph {
             kernel_nodes,
             patched_words,
-            prelude: prelude.as_ref().map(|p| p.report().mode.clone()),
+            prelude: match fell_back {
+                Some(reason) => Some(PreludeMode::Host { reason }),
+                None => prelude.as_ref().map(|p| p.report().mode.clone()),
+            },
             mix,
             fingerprint,
             build,
@@ -424,6 +471,9 @@ where
             }
             let scope = StepScope::new(Run::Capture(s), params, stand_ins);
             body(&scope)?;
+            if let Some(e) = scope.failed_free.take() {
+                return Err(e);
+            }
             launched = scope.launched.take();
             Ok(())
         })?;
@@ -672,11 +722,15 @@ fn changed(reason: String) -> Error {
 
 /// Whether `e` is a capture's failure (rather than the closure's own error, which the eager
 /// run would have met first).
-/// A capture the step cannot replay as captured: the capture failed, or a copy or set node
-/// reads or writes a declared buffer (the step runs eagerly then, unless
-/// [`StepOptions::fail_on_capture_error`]).
+/// A capture the step cannot replay as captured: the capture failed, a copy or set node reads
+/// or writes a declared buffer, or its memory nodes break CUDA's rules for them (see
+/// `memory`): the step runs eagerly then, unless [`StepOptions::fail_on_capture_error`].
 fn is_capture_failure(e: &Error) -> bool {
-    matches!(e, Error::Capture { .. }) || matches!(e.misuse_kind(), Some(Misuse::ParamCopied))
+    matches!(e, Error::Capture { .. })
+        || matches!(
+            e.misuse_kind(),
+            Some(Misuse::ParamCopied | Misuse::FreedInCapture | Misuse::AllocationKept { .. })
+        )
 }
 
 /// Refuses a capture with a copy or set node over a declared buffer: one a library made itself

@@ -43,6 +43,58 @@ pub struct StepScope<'a> {
     pub(super) launched: RefCell<Vec<Launched>>,
     // Whether the closure made collectives (`StepScope::nccl`).
     pub(super) collectives: Cell<bool>,
+    // The first free of a `StepBuffer` the capture refused (a drop cannot return it).
+    pub(super) failed_free: RefCell<Option<Error>>,
+}
+
+/// A buffer the step's closure allocated through [`StepScope::alloc`], for this run only: it
+/// borrows the scope, so it cannot outlive the closure's run. Use it as a [`DeviceBuffer`]
+/// (it dereferences to one) and drop it before the closure returns.
+///
+/// Eagerly it is a stream-ordered allocation of the step's stream, freed in stream order when
+/// dropped. In a capture it is the graph's own memory: an allocation node made where
+/// [`StepScope::alloc`] was called and a free node made where the buffer is dropped, so every
+/// replay allocates and frees it at the same address, and nothing outside the graph ever
+/// frees it. Its memory is valid during a replay only, between those two nodes: a view of it
+/// kept past the closure ([`DeviceBuffer::slice`]) must not be read.
+pub struct StepBuffer<'s, T: Pod> {
+    buffer: DeviceBuffer<T>,
+    // In a capture: the capturing stream, and where a failed free is kept.
+    capture: Option<(&'s Stream, &'s RefCell<Option<Error>>)>,
+}
+
+impl<T: Pod> std::ops::Deref for StepBuffer<'_, T> {
+    type Target = DeviceBuffer<T>;
+    fn deref(&self) -> &DeviceBuffer<T> {
+        &self.buffer
+    }
+}
+
+impl<T: Pod> std::ops::DerefMut for StepBuffer<'_, T> {
+    fn deref_mut(&mut self) -> &mut DeviceBuffer<T> {
+        &mut self.buffer
+    }
+}
+
+impl<T: Pod> std::fmt::Debug for StepBuffer<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepBuffer")
+            .field("buffer", &self.buffer)
+            .field("captured", &self.capture.is_some())
+            .finish()
+    }
+}
+
+impl<T: Pod> Drop for StepBuffer<'_, T> {
+    /// In a capture, records the free node (the buffer itself frees nothing then); eagerly,
+    /// the buffer's own drop frees it in stream order.
+    fn drop(&mut self) {
+        if let Some((stream, failed)) = self.capture {
+            if let Err(e) = self.buffer.free_captured(stream) {
+                failed.borrow_mut().get_or_insert(e);
+            }
+        }
+    }
 }
 
 impl<'a> StepScope<'a> {
@@ -59,6 +111,7 @@ impl<'a> StepScope<'a> {
             after_refresh: Cell::new(true),
             launched: RefCell::new(Vec::new()),
             collectives: Cell::new(false),
+            failed_free: RefCell::new(None),
         }
     }
 
@@ -95,6 +148,26 @@ impl<'a> StepScope<'a> {
                 Misuse::UnknownParam,
                 "the parameter's element type is not the one it was declared with",
             )),
+        }
+    }
+
+    /// Allocates `len` uninitialised elements for this run of the closure (see [`StepBuffer`]):
+    /// eagerly a stream-ordered allocation of the step's stream ([`DeviceBuffer::alloc_async`]),
+    /// in a capture an allocation node of the step's graph (`cuMemAllocAsync` on the capturing
+    /// stream), freed by the free node recorded when the buffer drops. Drop it before the
+    /// closure returns: a capture that keeps an allocation past its end (a forgotten buffer) is
+    /// refused ([`Misuse::AllocationKept`]) and the step runs eagerly. The memory is valid during
+    /// the run only; what a step hands out is a declared buffer.
+    pub fn alloc<T: Pod>(&self, len: usize) -> Result<StepBuffer<'_, T>> {
+        match &self.run {
+            Run::Eager(s) => Ok(StepBuffer {
+                buffer: DeviceBuffer::alloc_async(s, len)?,
+                capture: None,
+            }),
+            Run::Capture(c) => Ok(StepBuffer {
+                buffer: DeviceBuffer::alloc_captured(c.stream(), len)?,
+                capture: Some((c.stream(), &self.failed_free)),
+            }),
         }
     }
 

@@ -27,7 +27,7 @@ thread_local! {
     static RELEASE_THREAD: Cell<usize> = const { Cell::new(0) };
 }
 
-pub(super) fn on_release_thread() -> bool {
+pub(crate) fn on_release_thread() -> bool {
     RELEASE_THREAD.try_with(Cell::get).unwrap_or(0) != 0
 }
 
