@@ -455,7 +455,15 @@ mod tests {
         let layout = [(0, 8)];
         let a = node(1, &[g0.base + 8], &layout);
         let b = node(1, &[h0.base + 8], &layout);
-        let d = discover_with_internal(&[a.clone()], &[b.clone()], &[], &[], &[g0], &[h0]).unwrap();
+        let d = discover_with_internal(
+            std::slice::from_ref(&a),
+            std::slice::from_ref(&b),
+            &[],
+            &[],
+            &[g0],
+            &[h0],
+        )
+        .unwrap();
         assert_eq!(d.internal_words, 0);
         assert_eq!(
             d.unexplained[0],

@@ -9,7 +9,7 @@ use crate::{CaptureMode, Context, DeviceBuffer, Error, LaunchConfig, Stream};
 const N: usize = 4096;
 
 /// `add1(x, y, n)` of `kernels::CHAIN`, loaded through cudarc.
-fn add1_of(cctx: &std::sync::Arc<CudaContext>) -> cudarc::driver::CudaFunction {
+pub(super) fn add1_of(cctx: &std::sync::Arc<CudaContext>) -> cudarc::driver::CudaFunction {
     let ptx = cudarc::nvrtc::Ptx::from_src(graph_rt_kernels::CHAIN.ptx);
     cctx.load_module(ptx)
         .unwrap()
@@ -18,7 +18,7 @@ fn add1_of(cctx: &std::sync::Arc<CudaContext>) -> cudarc::driver::CudaFunction {
 }
 
 /// cudarc's launch configuration over `N` elements.
-fn cudarc_config() -> cudarc::driver::LaunchConfig {
+pub(super) fn cudarc_config() -> cudarc::driver::LaunchConfig {
     cudarc::driver::LaunchConfig {
         grid_dim: (N as u32 / 256, 1, 1),
         block_dim: (256, 1, 1),

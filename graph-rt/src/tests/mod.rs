@@ -27,6 +27,7 @@ mod retention;
 mod runtime;
 mod step;
 mod step_foreign;
+mod step_memory;
 mod step_mix;
 mod table;
 mod table_forms;
