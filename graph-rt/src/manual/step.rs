@@ -129,6 +129,23 @@
 //! [`DeviceBuffer::from_raw_guarded`](crate::DeviceBuffer::from_raw_guarded) (a pointer and a
 //! guard the step drops after the last replay reading it).
 //!
+//! Allocating inside a step: the closure may allocate its intermediates as a framework does —
+//! [`StepScope::alloc`](crate::step::StepScope::alloc) (a
+//! [`StepBuffer`](crate::step::StepBuffer) that borrows the scope), or cudarc's `alloc` and
+//! `alloc_zeros` on the step's stream (stream-ordered, `cuMemAllocAsync`). In a capture each
+//! allocation becomes an allocation node of the step's graph and each free (the buffer or the
+//! slice dropped inside the closure) a free node; discovery and validation pair the two
+//! captures' allocations in order, so their addresses are neither declared buffers nor
+//! unexplained differences. CUDA's rules for such a graph make these the step's: one exec at a
+//! time, never cloned; a free node only for an address an allocation node made (a closure that
+//! drops a tensor made before the step is refused, [`Misuse::FreedInCapture`](crate::Misuse::FreedInCapture),
+//! and the step runs eagerly); every allocation freed before the closure returns
+//! ([`Misuse::AllocationKept`](crate::Misuse::AllocationKept) otherwise), so the memory is
+//! valid during a replay only, at the same address in every replay. A step's outputs are its
+//! declared buffers, never allocations of its closure. Where the driver does not instantiate
+//! the in-graph prelude's nodes beside memory nodes, the step rewrites its words from the host
+//! and says why in [`StepMode`](crate::step::StepMode)'s `prelude`.
+//!
 //! Given a cost model (`StepOptions::cost_model`, from `calibrate::cost_model`), a step
 //! predicts each mix over its kernels, reports it ([`MixReport`](crate::step::MixReport)),
 //! rewrites from the host where that is predicted fastest and advises where the model prefers

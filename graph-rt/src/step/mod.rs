@@ -16,6 +16,11 @@
 //! fails makes the step run eagerly, with the error in [`Step::mode`]
 //! ([`StepOptions::fail_on_capture_error`] makes it an error instead); the context stays usable.
 //!
+//! The closure may allocate its intermediates ([`StepScope::alloc`], or a framework's
+//! stream-ordered allocations on the step's stream): in a capture they are the graph's memory
+//! nodes, valid during a replay only (see `memory.rs`, and the manual's step chapter, for
+//! CUDA's rules and what they mean for a step).
+//!
 //! A replay does what the closure did when it was captured. What the closure enqueues may depend
 //! only on its declared parameters and on what stays the same for the step's life, and it must
 //! make the same work each time it runs (it runs again: eagerly first, then captured, and when it
