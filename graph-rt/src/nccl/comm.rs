@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use super::id::UniqueId;
 use super::sys::{self, Comm, Config, NcclLib, Status, UNIQUE_ID_BYTES};
 use super::{check_devices, check_rank};
-use crate::driver::Context;
+use crate::driver::{point_after, Context, Point, StreamInner};
 use crate::error::{Error, Misuse, Result};
 
 /// How a communicator waits.
@@ -48,6 +48,9 @@ pub(crate) struct CommInner {
     pub(super) aborted: AtomicBool,
     // Graphs that captured collectives of this communicator and are alive.
     pub(super) graphs: AtomicUsize,
+    // The streams its eager collectives were queued on (each once), which a dropped
+    // communicator's watchdog waits for.
+    pub(super) eager_streams: Mutex<Vec<Arc<StreamInner>>>,
 }
 
 // SAFETY: an NCCL communicator may be used from any thread, one call at a time: `CommInner`'s
@@ -203,6 +206,57 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
+impl Drop for Communicator {
+    /// Never waits. Eager collectives still running (a peer that died never runs its side)
+    /// would keep the communicator, and what they use, parked for good: a watchdog thread waits
+    /// for them up to the communicator's timeout, then aborts it (their kernels end, what they
+    /// used is released) and records [`Error::Timeout`] on the context
+    /// ([`Context::take_deferred_errors`]). Not while a graph that captured one of its
+    /// collectives is alive (its replays would read what the abort frees).
+    fn drop(&mut self) {
+        let streams = std::mem::take(&mut *self.inner.eager_streams.lock());
+        if streams.is_empty() || self.inner.aborted.load(Ordering::Acquire) {
+            return;
+        }
+        let points: Vec<Point> = streams.iter().filter_map(|s| point_after(s).ok()).collect();
+        if points.iter().all(Point::passed) {
+            return;
+        }
+        let inner = self.inner.clone();
+        let spawned = std::thread::Builder::new()
+            .name("graph-rt nccl watchdog".into())
+            .spawn(move || watch(inner, points));
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "graph-rt: no watchdog for a dropped communicator's collectives");
+        }
+    }
+}
+
+/// Waits for `points` (after a dropped communicator's eager collectives) up to its timeout,
+/// then aborts it.
+fn watch(inner: Arc<CommInner>, mut points: Vec<Point>) {
+    const CALL: &str = "Communicator (dropped)";
+    let deadline = Instant::now() + inner.timeout;
+    if inner.ctx.bind().is_err() {
+        return;
+    }
+    points.retain_mut(|p| !p.wait_until(deadline));
+    if points.is_empty() || inner.graphs.load(Ordering::Acquire) > 0 {
+        return;
+    }
+    let aborted = inner.abort_now();
+    let reason = match &aborted {
+        Ok(()) => "the communicator was dropped with collectives that did not finish (a peer that never ran its side?): it was aborted, and what they used released".to_owned(),
+        Err(e) => format!("the communicator was dropped with collectives that did not finish, and its abort failed: {e}"),
+    };
+    tracing::warn!(rank = inner.rank, "graph-rt: {reason}");
+    inner.ctx.inner.record(Err(Error::Timeout {
+        call: CALL,
+        after: inner.timeout,
+        reason,
+    }));
+}
+
 impl Communicator {
     /// Rank `rank` of the `nranks` ranks made with `id`, on `ctx`'s device (its primary
     /// context, as [`Context::new`] gives): every rank calls this, each in its own thread or
@@ -312,6 +366,7 @@ impl Communicator {
             id: id.0,
             aborted: AtomicBool::new(false),
             graphs: AtomicUsize::new(0),
+            eager_streams: Mutex::new(Vec::new()),
         });
         let this = Self {
             inner,

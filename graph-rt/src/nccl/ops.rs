@@ -404,6 +404,12 @@ impl Communicator {
         }
         let [a, b] = keep;
         let parked: Vec<Parked> = vec![Box::new(a), Box::new(b), Box::new(inner.clone())];
+        {
+            let mut streams = inner.eager_streams.lock();
+            if !streams.iter().any(|s| s.raw() == stream.as_raw()) {
+                streams.push(stream.shared());
+            }
+        }
         if grouped {
             GROUP.with(|g| {
                 let mut g = g.borrow_mut();

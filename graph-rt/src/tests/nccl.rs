@@ -678,3 +678,86 @@ fn nccl_a_panic_inside_record_leaves_collectives_on_a_capturing_stream_refused()
     ctx.synchronize().unwrap();
     assert!(ctx.take_deferred_errors().is_empty());
 }
+
+/// `spin(flag)`: waits until the mapped host word `flag` is non-zero (a collective's peer that
+/// never comes, as far as the stream can tell).
+const SPIN_PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+.visible .entry spin(.param .u64 flag)
+{
+    .reg .b64 %rd<2>;
+    .reg .b32 %r<2>;
+    .reg .pred %p<2>;
+    ld.param.u64 %rd1, [flag];
+WAIT:
+    ld.volatile.global.u32 %r1, [%rd1];
+    setp.eq.u32 %p1, %r1, 0;
+    @%p1 bra WAIT;
+    ret;
+}
+"#;
+
+#[test]
+#[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
+fn nccl_a_communicator_dropped_with_collectives_that_never_finish_is_aborted_after_its_timeout() {
+    let ctx = ctx();
+    let options = CommOptions {
+        timeout: Duration::from_millis(300),
+    };
+    let comm = Communicator::init_all(std::slice::from_ref(&*ctx), &options)
+        .unwrap()
+        .pop()
+        .unwrap();
+    let stream = Stream::new(&ctx).unwrap();
+    let spin = crate::Module::from_ptx(&ctx, SPIN_PTX)
+        .unwrap()
+        .function("spin")
+        .unwrap();
+    let mut flag = crate::MappedHostBuffer::<u32>::zeroed(&ctx, 1).unwrap();
+    let (send, mut recv) = (
+        DeviceBuffer::from_host(&ctx, &[1.0f32; 256]).unwrap(),
+        DeviceBuffer::<f32>::zeroed(&ctx, 256).unwrap(),
+    );
+    // SAFETY: spin reads one u32 of mapped host memory the test keeps until the stream is idle.
+    unsafe {
+        stream
+            .launch(&spin, &LaunchConfig::new(1u32, 1u32), (flag.device_ptr(),))
+            .unwrap()
+    };
+    // Queued behind the spinning kernel: it does not finish while the flag is 0.
+    comm.all_reduce(&send, &mut recv, ReduceOp::Sum, &stream)
+        .unwrap();
+    let dropped = Instant::now();
+    drop(comm);
+    assert!(
+        dropped.elapsed() < Duration::from_millis(100),
+        "the drop waited"
+    );
+    let start = Instant::now();
+    let deferred = loop {
+        let errors = ctx.take_deferred_errors();
+        if !errors.is_empty() || start.elapsed() > Duration::from_secs(30) {
+            break errors;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        matches!(
+            deferred.as_slice(),
+            [Error::Timeout {
+                call: "Communicator (dropped)",
+                ..
+            }]
+        ),
+        "{deferred:?}"
+    );
+    assert!(
+        start.elapsed() >= Duration::from_millis(250),
+        "aborted before its timeout"
+    );
+    // The stream drains once the kernel ahead of the collective ends.
+    assert!(flag.write(0, 1));
+    stream.synchronize().unwrap();
+}

@@ -183,7 +183,7 @@ impl Point {
 
     /// As [`Point::wait`], giving up at `deadline` (polling): false when the point has not
     /// passed by then, or cannot be waited for.
-    pub(super) fn wait_until(&mut self, deadline: std::time::Instant) -> bool {
+    pub(crate) fn wait_until(&mut self, deadline: std::time::Instant) -> bool {
         self.refresh();
         loop {
             if self.passed() {
