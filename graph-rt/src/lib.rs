@@ -82,7 +82,7 @@ pub mod foreign {
 
 pub use driver::{
     current_raw as current_context_raw, driver_version, graph_features, init, CaptureStatus,
-    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function,
+    Context, Device, DeviceBuffer, DeviceView, Event, EventFlags, Feature, Function, GraphMemory,
     MappedHostBuffer, Module, ParamInfo, PinnedHostBuffer, Stream, StreamFlags,
 };
 pub use error::{check, Error, Misuse, Result};

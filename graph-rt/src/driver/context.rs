@@ -10,6 +10,20 @@ use super::lifetime::{Reclaim, Tracker};
 use super::{Device, Module};
 use crate::error::{Error, Result};
 
+/// The device's graph memory, bytes ([`Context::graph_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct GraphMemory {
+    /// Held by graphs' allocations now.
+    pub used: u64,
+    /// Reserved from the driver for graphs now (what a trim can return, less `used`).
+    pub reserved: u64,
+    /// The most held at once.
+    pub used_high: u64,
+    /// The most reserved at once.
+    pub reserved_high: u64,
+}
+
 /// A CUDA context. Cloning is cheap and shares it; the primary context is released when the last
 /// clone (and every stream, buffer and module made from it) is gone.
 ///
@@ -172,6 +186,42 @@ impl Context {
         // SAFETY: valid out-pointers; the context is current.
         unsafe { cu!(cuMemGetInfo(&mut free, &mut total)) }?;
         Ok((free, total))
+    }
+
+    /// The device's graph memory: what graphs' allocation nodes (a framework's allocations
+    /// inside a step) hold now and at most since the device's start, in use and reserved from
+    /// the driver (`cuDeviceGetGraphMemAttribute`).
+    pub fn graph_memory(&self) -> Result<GraphMemory> {
+        use graph_rt_sys::CUgraphMem_attribute as A;
+        self.bind()?;
+        let device = self.device().as_raw();
+        let read = |attribute: A| -> Result<u64> {
+            let mut value: u64 = 0;
+            // SAFETY: the device of the current context; these attributes are 64-bit values.
+            unsafe {
+                cu!(cuDeviceGetGraphMemAttribute(
+                    device,
+                    attribute,
+                    (&mut value as *mut u64).cast()
+                ))
+            }?;
+            Ok(value)
+        };
+        Ok(GraphMemory {
+            used: read(A::CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT)?,
+            reserved: read(A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT)?,
+            used_high: read(A::CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)?,
+            reserved_high: read(A::CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)?,
+        })
+    }
+
+    /// Returns the graph memory no exec holds any more to the driver (`cuDeviceGraphMemTrim`);
+    /// graph-rt does it itself once a dropped exec of a graph with allocation nodes has
+    /// finished its last launch.
+    pub fn trim_graph_memory(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the device of the current context.
+        unsafe { cu!(cuDeviceGraphMemTrim(self.device().as_raw())) }
     }
 
     /// Takes the errors that `Drop` implementations met while releasing resources of this

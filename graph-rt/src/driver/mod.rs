@@ -30,7 +30,7 @@ pub(crate) use capture_gate::{
     enter_capture, patience as gate_patience, whole_context_wait, CaptureEntry,
 };
 pub(crate) use context::ContextInner;
-pub use context::{current_raw, Context};
+pub use context::{current_raw, Context, GraphMemory};
 pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use event::{Event, EventFlags};
 pub(crate) use image::check_image;

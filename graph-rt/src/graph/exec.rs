@@ -556,6 +556,19 @@ impl Drop for ExecToDestroy {
     }
 }
 
+/// Released once the last launch of an exec of a graph with allocation nodes has finished:
+/// returns the graph memory no exec holds any more to the driver (best effort: a trim refused
+/// now, during another library's capture say, leaves it for the next).
+struct TrimGraphMemory(Context);
+
+impl Drop for TrimGraphMemory {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.trim_graph_memory() {
+            tracing::debug!(error = %e, "graph-rt: graph memory not trimmed");
+        }
+    }
+}
+
 impl Drop for GraphExec {
     /// Never blocks: the exec, its graph and what its nodes use are parked on the context
     /// behind an event recorded after the exec's last launch, and destroyed or released by the
@@ -576,13 +589,14 @@ impl Drop for GraphExec {
         };
         // CUDA allows one exec at a time of a graph with memory nodes: destroy this one now, so
         // that the graph can be instantiated again at once (CUDA frees it after its last launch).
+        // Its graph memory goes back to the driver once that launch has finished.
         let exec: Parked = if self
             .graph
             .one_exec
             .load(std::sync::atomic::Ordering::Relaxed)
         {
             drop(exec);
-            Box::new(())
+            Box::new(TrimGraphMemory(self.ctx.clone()))
         } else {
             Box::new(exec)
         };

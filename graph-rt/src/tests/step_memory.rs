@@ -185,3 +185,55 @@ fn a_step_whose_closure_allocates_through_cudarc_is_rebound_like_eager() {
     let eager = make(eagerly());
     rebound_like_eager(graphed, eager, &stream);
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_dropped_step_returns_its_graph_memory_to_the_driver_without_a_synchronize() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    // 256 MiB of temporaries: far above the graph memory any other test leaves reserved.
+    let big = sized(64 << 20, 8 << 20, 4 << 20);
+    let (p, x, y) = xy(&ctx);
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        let t = s.alloc::<f32>(big)?;
+        // SAFETY: add1 over N floats of distinct buffers of at least N floats each.
+        unsafe { s.launch(&f, &cfg, (&xb, &*t, N as i32))? };
+        // SAFETY: as above.
+        unsafe { s.launch(&f, &cfg, (&*t, &yb, N as i32)) }
+    })
+    .unwrap();
+    assert!(
+        matches!(step.mode(), StepMode::Graph { .. }),
+        "{:?}",
+        step.mode()
+    );
+    step.run().unwrap();
+    stream.synchronize().unwrap();
+    let held = ctx.graph_memory().unwrap();
+    assert!(held.reserved >= (big * 4) as u64, "{held:?}");
+    drop(step);
+    // No synchronize: the release thread trims once the last launch has finished.
+    let dropped = std::time::Instant::now();
+    let trimmed = loop {
+        let now = ctx.graph_memory().unwrap();
+        if now.reserved + (big * 4) as u64 <= held.reserved + (2 << 20) {
+            break dropped.elapsed();
+        }
+        assert!(
+            dropped.elapsed() < std::time::Duration::from_secs(5),
+            "graph memory not returned: {now:?} (held {held:?})"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    println!("graph memory returned {trimmed:?} after the drop");
+    if !super::sanitized() {
+        assert!(
+            trimmed < std::time::Duration::from_millis(100),
+            "{trimmed:?}"
+        );
+    }
+    assert!(ctx.take_deferred_errors().is_empty());
+}
