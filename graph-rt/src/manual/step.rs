@@ -145,6 +145,12 @@
 //! declared buffers, never allocations of its closure. Where the driver does not instantiate
 //! the in-graph prelude's nodes beside memory nodes, the step rewrites its words from the host
 //! and says why in [`StepMode`](crate::step::StepMode)'s `prelude`.
+//! The memory itself is the device's graph memory, which the driver keeps for graphs once
+//! they have run: [`Context::graph_memory`](crate::Context::graph_memory) says how much is in
+//! use and reserved; a dropped step's exec gives its share back to the driver once its last
+//! replay has finished (graph-rt trims it on the context's release thread, with no
+//! synchronize), and [`Context::trim_graph_memory`](crate::Context::trim_graph_memory) returns
+//! what no exec holds at any time.
 //!
 //! Given a cost model (`StepOptions::cost_model`, from `calibrate::cost_model`), a step
 //! predicts each mix over its kernels, reports it ([`MixReport`](crate::step::MixReport)),
