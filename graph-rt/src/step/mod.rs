@@ -493,6 +493,8 @@ where
         if self.via != Via::Eager {
             self.calls += 1;
             if self.calls == self.check_at {
+                // The next one first: a recapture below schedules its graph's own.
+                self.check_at = self.options.validation.next_after(self.calls);
                 self.validate()?;
             }
         }
@@ -530,9 +532,11 @@ where
         };
         self.direct = graph.is_some() && !self.options.recapturable;
         self.calls = 0;
+        // A step that makes collectives validates on demand only: every rank's closure must
+        // run as often as the others'.
         self.check_at = match graph {
-            Some(_) => self.options.validation.next_after(0),
-            None => u64::MAX,
+            Some(_) if !self.collectives => self.options.validation.next_after(0),
+            _ => u64::MAX,
         };
         std::mem::replace(&mut self.graph, graph)
     }

@@ -31,7 +31,9 @@ use crate::graph::{Graph, MemoryNode, Node, NodeKind};
 ///
 /// The default validates the first 8 calls and every 256th after in builds with debug
 /// assertions, and never in release builds (where [`Validation::every`] or
-/// [`Step::validate`] turn it on).
+/// [`Step::validate`] turn it on). A step that makes collectives validates only on demand
+/// (every rank's closure must run as often as the others': call [`Step::validate`] on every
+/// rank at the same call).
 ///
 /// [`Step::validate`]: super::Step::validate
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -35,6 +35,15 @@ fn length(k: usize) -> usize {
 /// and `y` declared and bound to fresh buffers every call. Returns each call's outcome and the
 /// step.
 fn undeclared_length(options: StepOptions, calls: usize) -> (Vec<Outcome>, String) {
+    undeclared(options, calls, length)
+}
+
+/// As [`undeclared_length`], with `length(k)` the host value of call `k` (call 0: the capture's).
+fn undeclared(
+    options: StepOptions,
+    calls: usize,
+    length: impl Fn(usize) -> usize,
+) -> (Vec<Outcome>, String) {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
@@ -156,6 +165,25 @@ fn an_undeclared_grid_is_caught_within_n_calls_when_every_nth_call_validates() {
     // Before: the stale replays validation did not look at; after: the closure, right.
     let after = &outcomes[EVERY as usize..];
     assert_eq!(count(after, Outcome::Right), after.len(), "{outcomes:?}");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn validations_keep_to_their_schedule_after_the_first_passes() {
+    // Validated at calls 1, 2, 5, 10, …; the host value changes from call 6 on: calls 6 to 9
+    // replay stale work (no validation there), call 10 is caught.
+    let options = StepOptions {
+        validation: Validation::first_then_every(2, 5),
+        ..StepOptions::default()
+    };
+    let (outcomes, mode) = undeclared(options, 16, |k| if k < 6 { N } else { length(k) });
+    use Outcome::*;
+    let want = [
+        Right, Right, Right, Right, Right, Wrong, Wrong, Wrong, Wrong, Diverged,
+    ];
+    assert_eq!(outcomes[..10], want, "{outcomes:?}");
+    assert!(outcomes[10..].iter().all(|&o| o == Right), "{outcomes:?}");
+    assert!(mode.contains("Diverged("), "{mode}");
 }
 
 #[test]
