@@ -165,12 +165,16 @@ impl Stream {
         owner: crate::resource::Resource,
         pauses_tracking: bool,
     ) -> Self {
-        let mut stream = Self::wrap_owned(raw, ctx, false, Some(owner));
-        // A fresh handle, the only one on its stream's state.
-        if let Some(inner) = Arc::get_mut(&mut stream.inner) {
-            inner.pauses_tracking = pauses_tracking;
+        Self {
+            inner: Arc::new(StreamInner {
+                raw,
+                ctx_raw: ctx.as_raw(),
+                ctx: ctx.clone(),
+                owned: false,
+                _owner: Some(owner),
+                pauses_tracking,
+            }),
         }
-        stream
     }
 
     /// The raw `CUstream`. Do not destroy it while this value lives.

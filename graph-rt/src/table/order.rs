@@ -15,16 +15,17 @@
 
 use std::sync::Arc;
 
-use graph_rt_sys::{CUstream, CUstreamCaptureStatus};
+use graph_rt_sys::CUstreamCaptureStatus;
 
 use super::table::ArgTable;
 use crate::driver::{Event, EventFlags, Stream, StreamInner};
 use crate::error::{Error, Misuse, Result};
 
-/// The events the next launch waits for, one per stream bound from, and spares to reuse.
+/// The events the next launch waits for, one per stream bound from (kept alive, so that its
+/// handle is not another stream's meanwhile), and spares to reuse.
 #[derive(Default)]
 pub(super) struct Waits {
-    pending: Vec<(CUstream, Event)>,
+    pending: Vec<(Arc<StreamInner>, Event)>,
     spare: Vec<Event>,
 }
 
@@ -45,7 +46,7 @@ impl ArgTable {
             ));
         }
         let waits = &mut self.waits;
-        if let Some((_, event)) = waits.pending.iter().find(|(s, _)| *s == on.raw()) {
+        if let Some((_, event)) = waits.pending.iter().find(|(s, _)| s.raw() == on.raw()) {
             // A later record on the same stream covers the earlier one.
             return event.record_on(on);
         }
@@ -54,7 +55,7 @@ impl ArgTable {
             None => Event::new(&self.ctx, EventFlags::DisableTiming)?,
         };
         event.record_on(on)?;
-        waits.pending.push((on.raw(), event));
+        waits.pending.push((on.clone(), event));
         Ok(())
     }
 
@@ -74,7 +75,7 @@ impl ArgTable {
         let waits = &mut self.waits;
         while let Some((on, event)) = waits.pending.pop() {
             // A wait captures the event's last record: the event may be recorded again after.
-            let r = if on == stream.as_raw() {
+            let r = if on.raw() == stream.as_raw() {
                 Ok(())
             } else {
                 stream.wait(&event)
