@@ -111,6 +111,19 @@ impl Drop for GuardAfterDevice {
     }
 }
 
+std::thread_local! {
+    /// Whether a stream-ordered buffer was dropped on this thread while its stream captured
+    /// (see [`take_freed_in_capture`]).
+    static FREED_IN_CAPTURE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether a stream-ordered buffer was dropped on this thread while its stream captured, since
+/// the last call: the capture then holds no free of it, and whatever of the capture reads it
+/// reads memory freed after the capture (a step's capture is refused for it).
+pub(crate) fn take_freed_in_capture() -> bool {
+    FREED_IN_CAPTURE.with(|f| f.replace(false))
+}
+
 impl Drop for Allocation {
     /// Never blocks: memory of `cuMemAlloc` is freed on the context's release thread (after the
     /// device is done with it), stream-ordered memory in stream order.
@@ -141,11 +154,14 @@ impl Drop for Allocation {
                 if stream.capture_status()?
                     != graph_rt_sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
                 {
+                    // After the capture and the work queued on the stream before it.
                     let memory = DeviceMemory(self.ptr, self.ctx.clone());
-                    self.ctx.tracker.release_later(Box::new(memory));
+                    let after = super::Point::Capturing(stream.clone());
+                    self.ctx.tracker.retire(after, vec![Box::new(memory)]);
                     if super::lifetime::on_release_thread() {
                         return Ok(());
                     }
+                    FREED_IN_CAPTURE.with(|f| f.set(true));
                     return Err(Error::misuse(
                         "cuMemFreeAsync",
                         Misuse::FreedInCapture,

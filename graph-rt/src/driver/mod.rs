@@ -24,7 +24,7 @@ mod stream;
 pub(crate) mod sync;
 mod view;
 
-pub(crate) use allocation::Allocation;
+pub(crate) use allocation::{take_freed_in_capture, Allocation};
 pub(crate) use call::{cu, cu_code, injected, Returned};
 pub(crate) use capture_gate::{
     enter_capture, patience as gate_patience, whole_context_wait, CaptureEntry,

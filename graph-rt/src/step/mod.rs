@@ -470,6 +470,7 @@ where
     ) -> Result<(crate::graph::Graph, Vec<choice::Launched>)> {
         let (params, body) = (&mut self.params, &mut self.body);
         let mut launched = Vec::new();
+        crate::driver::take_freed_in_capture();
         let graph = self.stream.capture(self.options.capture_mode, |s| {
             if !params.table.is_empty() {
                 params.table.record_refresh(s)?;
@@ -478,6 +479,13 @@ where
             body(&scope)?;
             if let Some(e) = scope.failed_free.take() {
                 return Err(e);
+            }
+            if crate::driver::take_freed_in_capture() {
+                return Err(Error::misuse(
+                    "Step::new",
+                    Misuse::FreedInCapture,
+                    "the closure dropped a stream-ordered buffer made before the capture, which a capture cannot free (it is freed after the capture): the step runs eagerly; keep such buffers alive outside the closure",
+                ));
             }
             launched = scope.launched.take();
             Ok(())
