@@ -107,5 +107,24 @@ int main(void) {
     CK(cuGraphExecDestroy(e1)); CK(cuGraphExecDestroy(e2)); CK(cuDeviceGraphMemTrim(dev));
     attrs(dev, "after destroy + trim");
   }
+  // Address reuse inside one graph: two allocations of one size, the second made after the
+  // first is freed. Do they share an address (discovery and validation pair allocations by
+  // order, and must resolve a word to the allocation live at its node)?
+  {
+    CUgraph g; CUdeviceptr a = 0, b = 0;
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CK(cuMemAllocAsync(&a, 1 << 20, s)); CK(cuMemFreeAsync(a, s));
+    CK(cuMemAllocAsync(&b, 1 << 20, s)); CK(cuMemFreeAsync(b, s));
+    CK(cuStreamEndCapture(s, &g));
+    printf("\nreuse inside one capture: first %llx, second %llx (%s)\n", (unsigned long long)a,
+           (unsigned long long)b, a == b ? "shared" : "distinct");
+    CUgraph g2; CUdeviceptr a2 = 0, b2 = 0;
+    CK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CK(cuMemAllocAsync(&a2, 1 << 20, s)); CK(cuMemFreeAsync(a2, s));
+    CK(cuMemAllocAsync(&b2, 1 << 20, s)); CK(cuMemFreeAsync(b2, s));
+    CK(cuStreamEndCapture(s, &g2));
+    printf("a second capture of the same: %llx, %llx\n", (unsigned long long)a2, (unsigned long long)b2);
+    CK(cuGraphDestroy(g)); CK(cuGraphDestroy(g2));
+  }
   return 0;
 }

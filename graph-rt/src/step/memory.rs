@@ -31,10 +31,20 @@ pub(super) fn check_memory_nodes(memory: &[MemoryNode]) -> Result<()> {
             MemoryNode::Free(_) => None,
         })
         .collect();
+    // A free frees the allocation live at that address then: the driver may give one address
+    // to allocations whose lives do not overlap.
     let mut freed = vec![false; allocations.len()];
+    let mut made = 0;
     for m in memory {
-        let MemoryNode::Free(ptr) = m else { continue };
-        match allocations.iter().position(|a| a.ptr == *ptr) {
+        let ptr = match m {
+            MemoryNode::Alloc(_) => {
+                made += 1;
+                continue;
+            }
+            MemoryNode::Free(ptr) => ptr,
+        };
+        let live = (0..made).find(|&k| !freed[k] && allocations[k].ptr == *ptr);
+        match live {
             Some(k) => freed[k] = true,
             None => {
                 return Err(Error::misuse(
@@ -67,6 +77,19 @@ mod tests {
 
     fn alloc(ptr: u64, bytes: usize) -> MemoryNode {
         MemoryNode::Alloc(GraphAllocation { ptr, bytes })
+    }
+
+    #[test]
+    fn allocations_that_share_an_address_one_after_the_other_are_each_freed() {
+        let m = [
+            alloc(0x1000, 64),
+            MemoryNode::Free(0x1000),
+            alloc(0x1000, 64),
+            MemoryNode::Free(0x1000),
+        ];
+        assert!(check_memory_nodes(&m).is_ok());
+        let twice = [alloc(0x1000, 64), MemoryNode::Free(0x1000), MemoryNode::Free(0x1000)];
+        assert!(check_memory_nodes(&twice).is_err(), "a second free of one allocation");
     }
 
     #[test]
