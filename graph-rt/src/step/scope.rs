@@ -48,8 +48,9 @@ pub struct StepScope<'a> {
 }
 
 /// A buffer the step's closure allocated through [`StepScope::alloc`], for this run only: it
-/// borrows the scope, so it cannot outlive the closure's run. Use it as a [`DeviceBuffer`]
-/// (it dereferences to one) and drop it before the closure returns.
+/// borrows the scope, so it cannot outlive the closure's run. Use it as a shared
+/// [`DeviceBuffer`] (it dereferences to `&DeviceBuffer`, never `&mut`, so the graph's memory
+/// cannot be swapped out into a buffer of the caller's) and drop it before the closure returns.
 ///
 /// Eagerly it is a stream-ordered allocation of the step's stream, freed in stream order when
 /// dropped. In a capture it is the graph's own memory: an allocation node made where
@@ -67,12 +68,6 @@ impl<T: Pod> std::ops::Deref for StepBuffer<'_, T> {
     type Target = DeviceBuffer<T>;
     fn deref(&self) -> &DeviceBuffer<T> {
         &self.buffer
-    }
-}
-
-impl<T: Pod> std::ops::DerefMut for StepBuffer<'_, T> {
-    fn deref_mut(&mut self) -> &mut DeviceBuffer<T> {
-        &mut self.buffer
     }
 }
 
