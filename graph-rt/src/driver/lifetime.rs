@@ -83,7 +83,7 @@ pub(crate) use self::exit::{exiting, CAPTURE_PATIENCE as EXIT_CAPTURE_PATIENCE};
 pub(crate) use self::lane::Lane;
 pub(crate) use self::lock::capture_lock;
 use self::lock::{capturing, releasing, Blocked, Exclusive};
-pub(crate) use self::point::{point_after, Point, Progress};
+pub(crate) use self::point::{is_sticky, point_after, Point, Progress};
 use self::thread::{is_release_thread_of, release_thread};
 pub(crate) use self::thread::{on_release_thread, DEVICE_PATIENCE};
 use super::stream::StreamInner;

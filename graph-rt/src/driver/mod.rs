@@ -34,7 +34,7 @@ pub use context::{current_raw, Context, GraphMemory};
 pub use device::{driver_version, graph_features, init, Device, Feature};
 pub use event::{Event, EventFlags};
 pub(crate) use image::check_image;
-pub(crate) use lifetime::{capture_lock, point_after, Lane, Parked, Point, Progress};
+pub(crate) use lifetime::{capture_lock, is_sticky, point_after, Lane, Parked, Point, Progress};
 pub use mapped::MappedHostBuffer;
 pub use memory::DeviceBuffer;
 pub(crate) use module::{kernel_name, param_layout_of};

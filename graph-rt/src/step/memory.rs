@@ -88,8 +88,15 @@ mod tests {
             MemoryNode::Free(0x1000),
         ];
         assert!(check_memory_nodes(&m).is_ok());
-        let twice = [alloc(0x1000, 64), MemoryNode::Free(0x1000), MemoryNode::Free(0x1000)];
-        assert!(check_memory_nodes(&twice).is_err(), "a second free of one allocation");
+        let twice = [
+            alloc(0x1000, 64),
+            MemoryNode::Free(0x1000),
+            MemoryNode::Free(0x1000),
+        ];
+        assert!(
+            check_memory_nodes(&twice).is_err(),
+            "a second free of one allocation"
+        );
     }
 
     #[test]

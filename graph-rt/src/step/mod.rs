@@ -417,7 +417,15 @@ where
             // the driver's to say: where it does not, the same work is captured again and its
             // words rewritten from the host instead (a graph once given device-updatable nodes
             // cannot lose them).
-            Err(e) if memory_nodes && in_graph => {
+            // (Not for a device out of memory, or a broken context: those are no answer.)
+            Err(e)
+                if memory_nodes
+                    && in_graph
+                    && !e.code().is_some_and(|c| {
+                        c == graph_rt_sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
+                            || crate::driver::is_sticky(c)
+                    }) =>
+            {
                 drop((prelude.take(), first));
                 let (mut again, _) = self.capture_once(None)?;
                 again.note_memory_nodes();

@@ -61,7 +61,7 @@ impl Drop for RawEvent {
 /// Whether an error leaves the context broken for good ("sticky"): a kernel faulted, the
 /// hardware failed, or the context or the driver is gone. Such a context runs nothing any more,
 /// so nothing of it is still in use.
-pub(super) fn is_sticky(code: CUresult) -> bool {
+pub(crate) fn is_sticky(code: CUresult) -> bool {
     matches!(
         code,
         CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
