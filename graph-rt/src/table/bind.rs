@@ -109,7 +109,10 @@ impl ArgTable {
 
     /// Binds `slot` to `buffer` for the launches that follow (a host write; the buffer is kept
     /// alive while a launch may read it). Checks the table, the context, the alignment and the
-    /// length the slot declares; on error the table is unchanged.
+    /// length the slot declares; on error the table is unchanged. A buffer allocated in stream
+    /// order on another stream than the table's ([`DeviceBuffer::alloc_async`]) orders the next
+    /// launch after what that stream has queued now (an event recorded here, waited for at the
+    /// launch), and is refused ([`Misuse::UnorderedBuffer`]) while that stream captures.
     #[inline]
     pub fn bind<T: Pod>(&mut self, slot: &PtrSlot<T>, buffer: &DeviceBuffer<T>) -> Result<()> {
         self.check_ptr(slot, buffer.as_raw(), buffer.len(), "ArgTable::bind")?;

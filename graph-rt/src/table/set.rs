@@ -157,7 +157,10 @@ impl ArgTable {
     }
 
     /// Binds every slot of `set` to its word for the launches that follow (a host copy, no
-    /// driver call; see [`BindingSet`]). Refuses a set built for another table.
+    /// driver call; see [`BindingSet`]). Refuses a set built for another table. A set holding
+    /// buffers allocated in stream order on another stream than the table's costs an event
+    /// record per such stream here and a wait at the next launch (see
+    /// [`ArgTable::bind`](crate::ArgTable::bind)).
     pub fn bind_set(&mut self, set: &BindingSet) -> Result<()> {
         if set.table != self.id {
             return Err(Error::misuse(

@@ -131,7 +131,7 @@ fn a_step_whose_closure_allocates_through_cudarc_is_rebound_like_eager() {
 
     let _capturing = super::exclusive();
     let cctx = CudaContext::new(0).unwrap();
-    // One stream: cudarc tracks no events (its waits would cross the capture's boundary).
+    // One stream: cudarc's events are recorded and waited for on it, inside the capture.
     let s1 = cctx.new_stream().unwrap();
     let stream = Stream::from_cudarc(&s1).unwrap();
     let ctx = stream.context().clone();
