@@ -81,6 +81,25 @@ pub(crate) struct StreamInner {
     pauses_tracking: bool,
 }
 
+impl StreamInner {
+    fn new(
+        raw: CUstream,
+        ctx: &Context,
+        owned: bool,
+        owner: Option<crate::resource::Resource>,
+    ) -> Self {
+        Self {
+            raw,
+            ctx_raw: ctx.as_raw(),
+            ctx: ctx.clone(),
+            owned,
+            _owner: owner,
+            #[cfg(feature = "cudarc")]
+            pauses_tracking: false,
+        }
+    }
+}
+
 // SAFETY: CUstream handles may be used from any thread; graph-rt binds the context first.
 unsafe impl Send for StreamInner {}
 // SAFETY: as above; the driver serialises concurrent calls on one stream.
@@ -144,15 +163,7 @@ impl Stream {
         owner: Option<crate::resource::Resource>,
     ) -> Self {
         Self {
-            inner: Arc::new(StreamInner {
-                raw,
-                ctx_raw: ctx.as_raw(),
-                ctx: ctx.clone(),
-                owned,
-                _owner: owner,
-                #[cfg(feature = "cudarc")]
-                pauses_tracking: false,
-            }),
+            inner: Arc::new(StreamInner::new(raw, ctx, owned, owner)),
         }
     }
 
@@ -165,15 +176,10 @@ impl Stream {
         owner: crate::resource::Resource,
         pauses_tracking: bool,
     ) -> Self {
+        let mut inner = StreamInner::new(raw, ctx, false, Some(owner));
+        inner.pauses_tracking = pauses_tracking;
         Self {
-            inner: Arc::new(StreamInner {
-                raw,
-                ctx_raw: ctx.as_raw(),
-                ctx: ctx.clone(),
-                owned: false,
-                _owner: Some(owner),
-                pauses_tracking,
-            }),
+            inner: Arc::new(inner),
         }
     }
 
