@@ -48,6 +48,11 @@ impl Allocation {
         Arc::ptr_eq(&self.ctx, &ctx.inner) || self.ctx.raw() == ctx.as_raw()
     }
 
+    /// Whether the memory is a graph's own (an allocation node's), valid during its replays only.
+    pub(crate) fn is_graph_memory(&self) -> bool {
+        matches!(self.backing, Backing::Graph)
+    }
+
     /// The stream a stream-ordered allocation was made on and is freed on (`None`: memory of
     /// `cuMemAlloc`, or not graph-rt's).
     pub(crate) fn ordered_on(&self) -> Option<&Arc<StreamInner>> {

@@ -367,6 +367,11 @@ pub enum Misuse {
         /// The allocation's index among the capture's allocation nodes.
         allocation: usize,
     },
+    /// A buffer or view of a graph's own memory (a [`StepScope::alloc`](crate::step::StepScope::alloc)
+    /// buffer in a capture) bound to a table slot or binding set: that memory is valid during
+    /// the graph's replays only, between its allocation and free nodes. Bind a buffer of your
+    /// own.
+    GraphMemory,
     /// A step's closure did other work in one run than in another (node count, kernel, launch
     /// dimensions, or an argument that is neither a declared buffer nor the same each run).
     StepChanged,

@@ -57,7 +57,8 @@ pub struct StepScope<'a> {
 /// [`StepScope::alloc`] was called and a free node made where the buffer is dropped, so every
 /// replay allocates and frees it at the same address, and nothing outside the graph ever
 /// frees it. Its memory is valid during a replay only, between those two nodes: a view of it
-/// kept past the closure ([`DeviceBuffer::slice`]) must not be read.
+/// kept past the closure ([`DeviceBuffer::slice`]) must not be read, and neither it nor a view
+/// of it can be bound to a table slot ([`Misuse::GraphMemory`]).
 pub struct StepBuffer<'s, T: Pod> {
     buffer: DeviceBuffer<T>,
     // In a capture: the capturing stream, and where a failed free is kept.

@@ -60,6 +60,9 @@ impl ArgTable {
                 "the buffer belongs to another context",
             ));
         }
+        if at.is_none() && alloc.is_graph_memory() {
+            return Err(graph_memory(call));
+        }
         if let Some(on) = alloc.ordered_on() {
             self.order_after(on, call)?;
         }
@@ -192,4 +195,13 @@ impl ArgTable {
         }
         Ok(word)
     }
+}
+
+/// The refusal of a graph's own memory as a binding.
+pub(super) fn graph_memory(call: &'static str) -> Error {
+    Error::misuse(
+        call,
+        Misuse::GraphMemory,
+        "the buffer is a graph's own memory (a step's temporary), valid during its replays only: bind a buffer of your own",
+    )
 }

@@ -224,6 +224,9 @@ impl BindingSetBuilder<'_> {
                 "the buffer belongs to another context",
             ));
         }
+        if alloc.is_graph_memory() {
+            return Err(super::bind::graph_memory(call));
+        }
         self.push(slot.index, addr, Some(alloc));
         Ok(self)
     }

@@ -237,3 +237,43 @@ fn a_dropped_step_returns_its_graph_memory_to_the_driver_without_a_synchronize()
     }
     assert!(ctx.take_deferred_errors().is_empty());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_temporary_of_a_capture_cannot_be_bound_to_a_table() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let cfg = LaunchConfig::for_elements(N, 256);
+    let mut table = crate::ArgTable::new(&ctx, crate::TableOptions::default()).unwrap();
+    let slot = table.ptr_slot::<f32>().unwrap();
+    let mut refused = Vec::new();
+    let (p, x, y) = xy(&ctx);
+    let step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        let t = s.alloc::<f32>(N)?;
+        if s.is_capturing() {
+            refused.push(table.bind(&slot, &t).map_err(|e| e.misuse_kind().cloned()));
+            let view = t.slice(..)?;
+            refused.push(
+                table
+                    .bind_view(&slot, &view)
+                    .map_err(|e| e.misuse_kind().cloned()),
+            );
+        }
+        // SAFETY: add1 over N floats of distinct N-float buffers.
+        unsafe { s.launch(&f, &cfg, (&xb, &*t, N as i32))? };
+        // SAFETY: as above.
+        unsafe { s.launch(&f, &cfg, (&*t, &yb, N as i32)) }
+    })
+    .unwrap();
+    assert!(
+        matches!(step.mode(), StepMode::Graph { .. }),
+        "{:?}",
+        step.mode()
+    );
+    assert!(!refused.is_empty());
+    for r in refused {
+        assert_eq!(r, Err(Some(crate::Misuse::GraphMemory)));
+    }
+}
