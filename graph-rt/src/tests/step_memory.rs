@@ -186,23 +186,34 @@ fn a_step_whose_closure_allocates_through_cudarc_is_rebound_like_eager() {
     rebound_like_eager(graphed, eager, &stream);
 }
 
+/// `add1` from `x` into the temporary `t`, then from `t` into `y` (each at least `N` floats).
+fn through(
+    s: &StepScope<'_>,
+    f: &crate::Function,
+    x: &crate::DeviceBuffer<f32>,
+    t: &crate::DeviceBuffer<f32>,
+    y: &crate::DeviceBuffer<f32>,
+) -> crate::Result<()> {
+    let cfg = LaunchConfig::for_elements(N, 256);
+    // SAFETY: add1 over N floats of distinct buffers of at least N floats each.
+    unsafe { s.launch(f, &cfg, (x, t, N as i32))? };
+    // SAFETY: as above.
+    unsafe { s.launch(f, &cfg, (t, y, N as i32)) }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn a_dropped_step_returns_its_graph_memory_to_the_driver_without_a_synchronize() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let cfg = LaunchConfig::for_elements(N, 256);
     // 256 MiB of temporaries: far above the graph memory any other test leaves reserved.
     let big = sized(64 << 20, 8 << 20, 4 << 20);
     let (p, x, y) = xy(&ctx);
     let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
         let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
         let t = s.alloc::<f32>(big)?;
-        // SAFETY: add1 over N floats of distinct buffers of at least N floats each.
-        unsafe { s.launch(&f, &cfg, (&xb, &*t, N as i32))? };
-        // SAFETY: as above.
-        unsafe { s.launch(&f, &cfg, (&*t, &yb, N as i32)) }
+        through(s, &f, &xb, &t, &yb)
     })
     .unwrap();
     assert!(
@@ -244,7 +255,6 @@ fn a_temporary_of_a_capture_cannot_be_bound_to_a_table() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
     let f = add1(&ctx);
-    let cfg = LaunchConfig::for_elements(N, 256);
     let mut table = crate::ArgTable::new(&ctx, crate::TableOptions::default()).unwrap();
     let slot = table.ptr_slot::<f32>().unwrap();
     let mut refused = Vec::new();
@@ -261,10 +271,7 @@ fn a_temporary_of_a_capture_cannot_be_bound_to_a_table() {
                     .map_err(|e| e.misuse_kind().cloned()),
             );
         }
-        // SAFETY: add1 over N floats of distinct N-float buffers.
-        unsafe { s.launch(&f, &cfg, (&xb, &*t, N as i32))? };
-        // SAFETY: as above.
-        unsafe { s.launch(&f, &cfg, (&*t, &yb, N as i32)) }
+        through(s, &f, &xb, &t, &yb)
     })
     .unwrap();
     assert!(
