@@ -18,15 +18,19 @@ use crate::error::{Error, Misuse, Result};
 /// How a communicator waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommOptions {
-    /// How long making the communicator (every rank joining), and [`Communicator::synchronize`]
-    /// by default, may take before the communicator is aborted and [`Error::Timeout`] returned.
-    /// 60 s by default.
+    /// How long making the communicator (every rank joining) may take before it is aborted
+    /// and [`Error::Timeout`] returned. 60 s by default.
+    pub init_timeout: Duration,
+    /// How long a made communicator waits for NCCL (a group's end, finalizing), and how long
+    /// a dropped communicator's unfinished eager collectives get before it is aborted. 60 s by
+    /// default.
     pub timeout: Duration,
 }
 
 impl Default for CommOptions {
     fn default() -> Self {
         Self {
+            init_timeout: Duration::from_secs(60),
             timeout: Duration::from_secs(60),
         }
     }
@@ -181,7 +185,7 @@ impl Drop for Destroy {
 /// ([`Communicator::record`]) and through a step's scope.
 ///
 /// Made non-blocking: every NCCL call returns at once and graph-rt waits for it with the
-/// communicator's deadline ([`CommOptions::timeout`]), so a peer that never joins fails the
+/// communicator's deadlines ([`CommOptions`]), so a peer that never joins fails the
 /// call with [`Error::Timeout`] instead of hanging it. `Send` but not `Sync`: a communicator is
 /// used from one thread at a time (one thread a GPU, or every rank in one thread through
 /// [`group`](super::group)). Dropping it never waits: it is destroyed on the context's release
@@ -260,7 +264,7 @@ fn watch(inner: Arc<CommInner>, mut points: Vec<Point>) {
 impl Communicator {
     /// Rank `rank` of the `nranks` ranks made with `id`, on `ctx`'s device (its primary
     /// context, as [`Context::new`] gives): every rank calls this, each in its own thread or
-    /// process, within `options.timeout` of each other. Loads NCCL on first use.
+    /// process, within `options.init_timeout` of each other. Loads NCCL on first use.
     pub fn init_rank(
         ctx: &Context,
         id: &UniqueId,
@@ -272,7 +276,7 @@ impl Communicator {
         check_rank(CALL, rank, nranks)?;
         let lib = sys::library()?;
         let claim = claim(CALL, id, &[ctx.device().ordinal()])?;
-        let deadline = Instant::now() + options.timeout;
+        let deadline = Instant::now() + options.init_timeout;
         let comm = start_init(lib, ctx, id, rank, nranks)?;
         // SAFETY: `comm` is the handle `start_init` made, used by nothing else.
         let this = unsafe { Self::finish(lib, ctx, id, comm, rank, nranks, options, deadline) }?;
@@ -291,7 +295,7 @@ impl Communicator {
         let id = UniqueId::new()?;
         let claim = claim(CALL, &id, &devices)?;
         let nranks = contexts.len();
-        let deadline = Instant::now() + options.timeout;
+        let deadline = Instant::now() + options.init_timeout;
         // SAFETY: no arguments; balanced by the group end below on every path.
         let status = unsafe { (lib.group_start)() };
         check(lib, "ncclGroupStart", status, std::ptr::null_mut())?;
@@ -375,7 +379,10 @@ impl Communicator {
         };
         let ready = ctx
             .bind()
-            .and_then(|_| this.inner.wait("ncclCommInitRankConfig", deadline))
+            .and_then(|_| {
+                let call = "ncclCommInitRankConfig";
+                wait_comm(lib, comm, call, deadline, options.init_timeout)
+            })
             .and_then(|_| this.inner.verify());
         if let Err(e) = ready {
             let _ = this.inner.abort_now();

@@ -26,7 +26,7 @@
 //! follows neither.
 //!
 //! Every communicator is non-blocking (`ncclConfig_t.blocking = 0`): graph-rt waits for each
-//! call with the communicator's deadline ([`CommOptions::timeout`]), so a rank that never joins
+//! call with the communicator's deadlines ([`CommOptions`]), so a rank that never joins
 //! fails the others' calls with [`Error::Timeout`] rather than hanging
 //! them; [`Communicator::synchronize`] does the same for the collectives a stream runs, aborting
 //! the communicator when they do not end. NCCL's failures are

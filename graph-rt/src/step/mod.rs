@@ -337,8 +337,8 @@ where
                 len: d.len,
             })
             .collect();
-        let (mut first, launched) = self.capture_once(None)?;
-        let (second, _) = self.capture_once(Some(&stand_ins))?;
+        let (mut first, launched, stack) = self.capture_once(None)?;
+        let (second, _, _) = self.capture_once(Some(&stand_ins))?;
         let (snapshots, discovery) = discover_graphs(&first, &second, dyn_first, &dyn_second)
             .map_err(|e| changed(format!("{e}")))?;
         drop((second, stand_ins));
@@ -387,7 +387,7 @@ where
         }
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let sigs = validate::sigs_of(&first, &nodes, &kinds, &snapshots)?;
-        let mut signature = Signature::new(sigs, discovery.patches.clone());
+        let mut signature = Signature::new(sigs, discovery.patches.clone(), stack);
         let install = |step: &Self, graph: &mut Graph, snapshots: &[_], options| {
             if patched_words == 0 {
                 return Ok(None);
@@ -427,11 +427,11 @@ where
                     }) =>
             {
                 drop((prelude.take(), first));
-                let (mut again, _) = self.capture_once(None)?;
+                let (mut again, _, stack) = self.capture_once(None)?;
                 again.note_memory_nodes();
                 let snapshots = crate::discover::kernel_snapshots(&again)?;
                 let sigs = validate::read_sigs(&again)?;
-                signature = Signature::new(sigs, discovery.patches.clone());
+                signature = Signature::new(sigs, discovery.patches.clone(), stack);
                 let host = PreludeOptions {
                     host_only: true,
                     ..prelude_options
@@ -475,11 +475,16 @@ where
     fn capture_once(
         &mut self,
         stand_ins: Option<&[params::Bound]>,
-    ) -> Result<(crate::graph::Graph, Vec<choice::Launched>)> {
+    ) -> Result<(crate::graph::Graph, Vec<choice::Launched>, u64)> {
         let (params, body) = (&mut self.params, &mut self.body);
         let mut launched = Vec::new();
+        let mut stack = 0;
         crate::driver::take_freed_in_capture();
         let graph = self.stream.capture(self.options.capture_mode, |s| {
+            // Where this thread's stack is while the closure runs: host addresses near it that
+            // the captured arguments hold (see `validate::STACK_SPAN`) are not the device's.
+            let marker = 0u8;
+            stack = std::hint::black_box(std::ptr::addr_of!(marker)) as u64;
             if !params.table.is_empty() {
                 params.table.record_refresh(s)?;
             }
@@ -498,7 +503,7 @@ where
             launched = scope.launched.take();
             Ok(())
         })?;
-        Ok((graph, launched))
+        Ok((graph, launched, stack))
     }
 
     /// Runs one call of the step with the bindings made so far: one launch of its graph, or
@@ -593,17 +598,18 @@ where
         let bound = self.params.dynamic()?;
         let now = self
             .capture_once(None)
-            .and_then(|(g, _)| validate::read_sigs(&g));
+            .and_then(|(g, _, stack)| Ok((validate::read_sigs(&g)?, stack)));
         if self.direct {
             self.params.forget_bound();
         }
-        let now = now?;
+        let (now, stack) = now?;
         let Some(graphed) = &self.graph else {
             return Ok(Validated::NoGraph);
         };
-        let Some(divergence) = graphed
-            .signature
-            .diverges(&now, &bound, validate::kernel_name)
+        let Some(divergence) =
+            graphed
+                .signature
+                .diverges(&now, stack, &bound, validate::kernel_name)
         else {
             self.divergences = 0;
             return Ok(Validated::Same);

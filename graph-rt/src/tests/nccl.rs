@@ -257,7 +257,8 @@ fn lonely_rank(
 fn nccl_a_rank_whose_peer_never_comes_times_out() {
     let ctx = ctx();
     let options = CommOptions {
-        timeout: Duration::from_secs(3),
+        init_timeout: Duration::from_secs(3),
+        ..CommOptions::default()
     };
     let (r, took) = lonely_rank(&ctx, UniqueId::new().unwrap(), options)
         .join()
@@ -265,15 +266,15 @@ fn nccl_a_rank_whose_peer_never_comes_times_out() {
     match r {
         Err(Error::Timeout { call, after, .. }) => {
             assert_eq!(call, "ncclCommInitRankConfig");
-            assert_eq!(after, options.timeout);
+            assert_eq!(after, options.init_timeout);
             // The abort's own time on top (long under a sanitizer): it returns, it does not hang.
             assert!(
-                took < options.timeout + Duration::from_secs(60),
+                took < options.init_timeout + Duration::from_secs(60),
                 "took {took:?}"
             );
             eprintln!(
                 "a rank alone: Timeout after {took:?} (deadline {:?})",
-                options.timeout
+                options.init_timeout
             );
         }
         r => panic!("a rank alone made a communicator of two: {r:?}"),
@@ -288,7 +289,8 @@ fn nccl_a_second_rank_of_one_communicator_on_the_same_gpu_is_refused() {
     let ctx = ctx();
     let id = UniqueId::new().unwrap();
     let options = CommOptions {
-        timeout: Duration::from_secs(2),
+        init_timeout: Duration::from_secs(2),
+        ..CommOptions::default()
     };
     let lonely = lonely_rank(&ctx, id, options);
     std::thread::sleep(Duration::from_millis(300));
@@ -703,8 +705,10 @@ WAIT:
 #[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
 fn nccl_a_communicator_dropped_with_collectives_that_never_finish_is_aborted_after_its_timeout() {
     let ctx = ctx();
+    // Joining takes its time (a slow init is no collective that never finishes).
     let options = CommOptions {
         timeout: Duration::from_millis(300),
+        ..CommOptions::default()
     };
     let comm = Communicator::init_all(std::slice::from_ref(&*ctx), &options)
         .unwrap()

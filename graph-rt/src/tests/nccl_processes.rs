@@ -152,7 +152,8 @@ fn init_rank(device: usize, rank: usize, id: &UniqueId) -> crate::Result<Communi
     // NCCL refuses within a second; the deadline only bounds a hang. Generous: under racecheck
     // with the sanitizer pool's 14 runs at once a 30 s init deadline passed (run 3, session 17).
     let options = CommOptions {
-        timeout: Duration::from_secs(120),
+        init_timeout: Duration::from_secs(120),
+        ..CommOptions::default()
     };
     Communicator::init_rank(&ctx, id, rank, 2, &options)
 }
