@@ -215,6 +215,57 @@ impl Context {
         })
     }
 
+    /// What the device's current stream-ordered memory pool (the one `cuMemAllocAsync` takes
+    /// from, cudarc's allocations and [`DeviceBuffer::alloc_async`] included) lends now, and
+    /// the most it lent at once since the last [`Context::reset_pool_high`]
+    /// (`cuMemPoolGetAttribute`), bytes.
+    ///
+    /// [`DeviceBuffer::alloc_async`]: crate::DeviceBuffer::alloc_async
+    pub fn pool_used(&self) -> Result<(u64, u64)> {
+        use graph_rt_sys::CUmemPool_attribute as A;
+        let pool = self.current_pool()?;
+        let read = |attribute: A| -> Result<u64> {
+            let mut value: u64 = 0;
+            // SAFETY: the device's pool; these attributes are 64-bit values.
+            unsafe {
+                cu!(cuMemPoolGetAttribute(
+                    pool,
+                    attribute,
+                    (&mut value as *mut u64).cast()
+                ))
+            }?;
+            Ok(value)
+        };
+        Ok((
+            read(A::CU_MEMPOOL_ATTR_USED_MEM_CURRENT)?,
+            read(A::CU_MEMPOOL_ATTR_USED_MEM_HIGH)?,
+        ))
+    }
+
+    /// Resets the high-water mark [`Context::pool_used`] reads to what the pool lends now.
+    pub fn reset_pool_high(&self) -> Result<()> {
+        use graph_rt_sys::CUmemPool_attribute as A;
+        let pool = self.current_pool()?;
+        let mut zero: u64 = 0;
+        // SAFETY: the device's pool; the attribute takes a 64-bit value, which must be 0.
+        unsafe {
+            cu!(cuMemPoolSetAttribute(
+                pool,
+                A::CU_MEMPOOL_ATTR_USED_MEM_HIGH,
+                (&mut zero as *mut u64).cast()
+            ))
+        }
+    }
+
+    /// The device's current memory pool (`cuDeviceGetMemPool`).
+    fn current_pool(&self) -> Result<graph_rt_sys::CUmemoryPool> {
+        self.bind()?;
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: valid out-pointer and device.
+        unsafe { cu!(cuDeviceGetMemPool(&mut pool, self.device().as_raw())) }?;
+        Ok(pool)
+    }
+
     /// Returns the graph memory no exec holds any more to the driver (`cuDeviceGraphMemTrim`);
     /// graph-rt does it itself once a dropped exec of a graph with allocation nodes has
     /// finished its last launch.

@@ -93,6 +93,15 @@ impl fmt::Debug for Prelude {
 }
 
 impl Prelude {
+    /// Device memory of the prelude's list of words to rewrite (what the in-graph prelude's
+    /// kernel reads), bytes; 0 for a prelude that rewrites from the host.
+    pub fn device_bytes(&self) -> u64 {
+        match self.report.mode {
+            PreludeMode::Device => (self.report.words * PATCH_WORDS * 8) as u64,
+            PreludeMode::Host { .. } => 0,
+        }
+    }
+
     /// Installs the rebinding of `discovery`'s words into `graph`, the capture whose kernel
     /// nodes `first` was read from (before it is instantiated): dynamic buffer `k` (as
     /// `dynamic[k]` in that capture) is read from `slots[k]` of `table`.

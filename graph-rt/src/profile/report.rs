@@ -7,7 +7,7 @@ use std::fmt;
 use serde_json::{json, Value};
 
 use super::decide::{Decision, Mode, Stats};
-use crate::step::BuildCost;
+use crate::step::{BuildCost, StepMemory};
 
 /// A profiled step's decision and the figures behind it.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,8 +29,11 @@ pub struct ProfileReport {
     /// Each build's µs for the decision in force: one, or three where the decision hinged on
     /// the one-time cost ([`hinges_on_one_time`](super::hinges_on_one_time)).
     pub one_time_samples: Vec<f64>,
-    /// Device memory the graph took, bytes.
+    /// Device memory the graph holds beyond the eager step, bytes
+    /// ([`StepMemory::held_by_graph`]): what the decision charges it.
     pub memory_bytes: u64,
+    /// That memory by part, as the last build measured it.
+    pub memory: StepMemory,
     /// The decision came from the decisions file (nothing was profiled).
     pub from_file: bool,
     /// Calls made through the step.
@@ -57,6 +60,7 @@ impl ProfileReport {
             one_time_us: 0.0,
             one_time_samples: Vec::new(),
             memory_bytes: 0,
+            memory: StepMemory::default(),
             from_file: false,
             calls: 0,
             profiled_calls: 0,
@@ -71,6 +75,7 @@ impl ProfileReport {
         self.one_time_samples = vec![build.us];
         self.one_time_us = build.us;
         self.memory_bytes = build.memory_bytes;
+        self.memory = build.memory;
     }
 
     /// Another build of the same graph, measured to outvote a stray one: the one-time cost is
@@ -94,6 +99,7 @@ impl ProfileReport {
         let stats = |s: &Option<Stats>| {
             s.map(|s| json!({"median_us": s.median_us, "spread_us": s.spread_us, "mad_us": s.mad_us, "samples": s.samples}))
         };
+        let m = &self.memory;
         json!({
             "step": self.step, "key": self.key,
             "mode": self.decision.as_ref().map(|d| d.mode.name()),
@@ -103,6 +109,10 @@ impl ProfileReport {
             "eager": stats(&self.eager), "graph": stats(&self.graph),
             "one_time_us": self.one_time_us,
             "one_time_samples_us": self.one_time_samples, "memory_bytes": self.memory_bytes,
+            "memory": {
+                "graph_allocations": m.graph_allocations, "graph_reserved": m.graph_reserved,
+                "exec": m.exec, "prelude": m.prelude, "table": m.table, "estimate": m.estimate,
+            },
             "from_file": self.from_file, "calls": self.calls,
             "profiled_calls": self.profiled_calls, "decisions": self.decisions,
             "reprofiles": self.reprofiles, "notes": self.notes,
@@ -259,6 +269,7 @@ mod tests {
         r.built(&BuildCost {
             us: 4400.0,
             memory_bytes: 7,
+            memory: StepMemory::default(),
         });
         assert_eq!((r.one_time_us, r.memory_bytes), (4400.0, 7));
         r.built_again(500.0);
@@ -274,6 +285,7 @@ mod tests {
         r.built(&BuildCost {
             us: 600.0,
             memory_bytes: 0,
+            memory: StepMemory::default(),
         });
         assert_eq!((r.one_time_samples.len(), r.one_time_us), (1, 600.0));
         assert!(!r.to_string().contains("builds"), "{r}");

@@ -20,6 +20,51 @@
 use crate::error::{Error, Misuse, Result};
 use crate::graph::MemoryNode;
 
+/// The device memory a step's graph holds, by part, each measured on its own when the graph is
+/// made (see [`StepMode::Graph`](super::StepMode::Graph)'s `build`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepMemory {
+    /// Bytes the graph's allocation nodes allocate at each replay (the sum of their sizes):
+    /// memory of the device's graph-memory pool, which graphs replayed in one stream's order
+    /// share (the driver maps one physical range for allocations that never live at once).
+    pub graph_allocations: u64,
+    /// What the driver's graph-memory pool grew by (reserved, `cuDeviceGetGraphMemAttribute`)
+    /// when the exec was uploaded: less than `graph_allocations` when steps made before it on
+    /// the stream left memory it reuses.
+    pub graph_reserved: u64,
+    /// The exec's own driver memory: free device memory (`cuMemGetInfo`) before instantiating
+    /// less after, in whole allocation granules.
+    pub exec: u64,
+    /// The in-graph prelude's list of words to rewrite (0 when words are rewritten from the
+    /// host, or none is).
+    pub prelude: u64,
+    /// The step's parameter table in device memory (its mapped host mirrors are host memory).
+    pub table: u64,
+    /// The graph memory expected before the capture: the most the device's stream-ordered pool
+    /// lent at once during the closure's eager run (`Step::new` runs it once), less what it lent
+    /// before (`None` when the pool's mark could not be read).
+    pub estimate: Option<u64>,
+}
+
+impl StepMemory {
+    /// What the graph holds beyond what an eager step holds: its graph memory (as reserved
+    /// for it), its exec and its prelude.
+    pub fn held_by_graph(&self) -> u64 {
+        self.graph_reserved + self.exec + self.prelude
+    }
+}
+
+/// The bytes `memory`'s allocation nodes allocate.
+pub(super) fn allocated_bytes(memory: &[MemoryNode]) -> u64 {
+    memory
+        .iter()
+        .map(|m| match m {
+            MemoryNode::Alloc(a) => a.bytes as u64,
+            MemoryNode::Free(_) => 0,
+        })
+        .sum()
+}
+
 /// Refuses a capture whose memory nodes (`memory`, in node order) free what no allocation
 /// node of it made, or leave an allocation unfreed.
 pub(super) fn check_memory_nodes(memory: &[MemoryNode]) -> Result<()> {

@@ -59,6 +59,7 @@ mod scope;
 mod validate;
 
 pub use choice::MixReport;
+pub use memory::StepMemory;
 pub use params::{Buf, Scalar, StepParams};
 pub use scope::{StepBuffer, StepScope};
 pub use validate::{Divergence, LaunchDims, OnDivergence, Validation};
@@ -71,7 +72,7 @@ use crate::choose::{CostModel, Mix};
 use crate::discover::{discover_graphs, Dynamic};
 use crate::driver::{DeviceBuffer, Stream};
 use crate::error::{Error, Misuse, Result};
-use crate::graph::{CaptureMode, Graph, GraphExec, InstantiateOptions, NodeKind};
+use crate::graph::{CaptureMode, Graph, GraphExec, NodeKind};
 use crate::prelude::{Prelude, PreludeMode, PreludeOptions};
 use crate::table::SlotScalar;
 
@@ -179,9 +180,11 @@ pub enum StepMode {
 pub struct BuildCost {
     /// Host µs of the two captures, discovery, the prelude, instantiation and upload.
     pub us: f64,
-    /// Device memory the graph took, bytes (free memory before the captures less after the
-    /// upload, by `cuMemGetInfo`: other work of the device in the meantime counts too).
+    /// Device memory the graph holds beyond what the eager step holds, bytes
+    /// ([`StepMemory::held_by_graph`]): what the profiler charges it.
     pub memory_bytes: u64,
+    /// That memory by part, and the parameter table's.
+    pub memory: StepMemory,
 }
 
 /// The captured step: its exec, the prelude that rewrites the foreign kernels' words, and what
@@ -230,6 +233,8 @@ pub struct Step<F> {
     collectives: bool,
     // Divergences since a validation last passed (`OnDivergence::Recapture`).
     divergences: u32,
+    // The graph memory expected from the first eager run (`StepMemory::estimate`).
+    estimate: Option<u64>,
 }
 
 impl<F> std::fmt::Debug for Step<F> {
@@ -261,6 +266,7 @@ where
             report: StepMode::Eager(EagerReason::Asked),
             collectives: false,
             divergences: 0,
+            estimate: None,
         };
         if step.params.ctx.as_raw() != stream.context().as_raw() {
             return Err(Error::misuse(
@@ -279,7 +285,7 @@ where
             ));
         }
         let dyn_first = step.params.dynamic()?;
-        let refused = step.eager_run()?;
+        let refused = step.estimated_eager_run()?;
         if let Some(call) = refused {
             step.report = StepMode::Eager(EagerReason::Refused(call));
             return Ok(step);
@@ -306,6 +312,20 @@ where
         }
     }
 
+    /// [`Step::eager_run`], noting the most the device's stream-ordered pool lent at once
+    /// during it beyond what it lent before: the estimate of the graph's memory (the pool's
+    /// high-water mark is reset for it).
+    fn estimated_eager_run(&mut self) -> Result<Option<&'static str>> {
+        let ctx = self.stream.context().clone();
+        let before = ctx.reset_pool_high().and_then(|_| ctx.pool_used());
+        let refused = self.eager_run()?;
+        self.estimate = match (before, ctx.pool_used()) {
+            (Ok((used, _)), Ok((_, high))) => Some(high.saturating_sub(used)),
+            _ => None,
+        };
+        Ok(refused)
+    }
+
     /// Runs the closure eagerly on the step's stream, after an eager refresh of the table.
     /// Returns the first call it made that a capture refuses.
     fn eager_run(&mut self) -> Result<Option<&'static str>> {
@@ -327,7 +347,6 @@ where
         options: &StepOptions,
     ) -> Result<(Graphed, StepMode)> {
         let started = std::time::Instant::now();
-        let free_before = self.stream.context().memory_info()?.0;
         let stand_ins = self.params.stand_ins()?;
         let dyn_second: Vec<Dynamic> = stand_ins
             .iter()
@@ -360,6 +379,7 @@ where
         let memory_nodes = kinds
             .iter()
             .any(|k| matches!(k, NodeKind::MemAlloc | NodeKind::MemFree));
+        let mut graph_allocations = 0;
         if memory_nodes {
             first.note_memory_nodes();
             let memory = nodes
@@ -369,6 +389,7 @@ where
                 .filter_map(|(n, _)| first.memory_node(*n).transpose())
                 .collect::<Result<Vec<_>>>()?;
             memory::check_memory_nodes(&memory)?;
+            graph_allocations = memory::allocated_bytes(&memory);
         }
         let kernel_nodes = snapshots.len();
         let patched_words = discovery.patches.len();
@@ -401,17 +422,20 @@ where
         };
         let mut prelude = install(self, &mut first, &snapshots, prelude_options)?;
         drop(snapshots);
-        let instantiate = |graph: &mut Graph, stream: &Stream| {
-            graph.instantiate_with(&InstantiateOptions {
-                upload: Some(stream),
-                ..InstantiateOptions::default()
-            })
+        // Instantiated, then uploaded (which maps the graph's memory), each measured.
+        let ctx = self.stream.context().clone();
+        let mut exec_bytes = 0;
+        let mut instantiate = |graph: &mut Graph| {
+            let free = ctx.memory_info()?.0;
+            let exec = graph.instantiate()?;
+            exec_bytes = free.saturating_sub(ctx.memory_info()?.0) as u64;
+            Ok::<_, Error>(exec)
         };
         let in_graph = prelude
             .as_ref()
             .is_some_and(|p| p.report().mode == PreludeMode::Device);
         let mut fell_back = None;
-        let exec = match instantiate(&mut first, &self.stream) {
+        let exec = match instantiate(&mut first) {
             Ok(exec) => exec,
             // Whether CUDA instantiates device-updatable kernel nodes beside memory nodes is
             // the driver's to say: where it does not, the same work is captured again and its
@@ -441,15 +465,31 @@ where
                 fell_back = Some(format!(
                     "the graph has memory nodes (the closure allocates), and instantiating them beside the in-graph prelude's device-updatable nodes failed: {e}"
                 ));
-                instantiate(&mut again, &self.stream)?
+                instantiate(&mut again)?
             }
             Err(e) => return Err(e),
         };
+        let reserved = |ctx: &crate::Context| -> Result<u64> {
+            match memory_nodes {
+                true => Ok(ctx.graph_memory()?.reserved),
+                false => Ok(0),
+            }
+        };
+        let reserved_before = reserved(&ctx)?;
+        exec.upload(&self.stream)?;
         self.stream.synchronize()?;
-        let free_after = self.stream.context().memory_info()?.0;
+        let memory = StepMemory {
+            graph_allocations,
+            graph_reserved: reserved(&ctx)?.saturating_sub(reserved_before),
+            exec: exec_bytes,
+            prelude: prelude.as_ref().map_or(0, |p| p.device_bytes()),
+            table: self.params.table.memory_bytes().0,
+            estimate: self.estimate,
+        };
         let build = BuildCost {
             us: started.elapsed().as_secs_f64() * 1e6,
-            memory_bytes: free_before.saturating_sub(free_after) as u64,
+            memory_bytes: memory.held_by_graph(),
+            memory,
         };
         let report = StepMode::Graph {
             kernel_nodes,

@@ -352,6 +352,17 @@ impl ArgTable {
         }
     }
 
+    /// Bytes the table holds: of device memory (its words and counters) and of mapped host
+    /// memory (its mirrors and acknowledgements).
+    pub fn memory_bytes(&self) -> (u64, u64) {
+        let s = &self.shared;
+        let bytes = |words: usize| (words * std::mem::size_of::<u64>()) as u64;
+        (
+            bytes(s.table.len() + s.seq.len()),
+            bytes(s.mirrors.len() + s.acks.len()),
+        )
+    }
+
     /// Slots made so far.
     pub fn len(&self) -> usize {
         self.ledger.words.len()
