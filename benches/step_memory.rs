@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr};
 use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
 use graph_rt::{Context, DeviceBuffer, Stream};
 
@@ -50,7 +50,7 @@ fn make(
     cu: &Arc<CudaStream>,
     spread: &CudaFunction,
     mib: usize,
-    made: Option<Arc<Vec<CudaSlice<f32>>>>,
+    made: Option<Arc<Vec<u64>>>,
 ) -> Made {
     let n = floats_for(mib);
     let mut params = StepParams::new(ctx, 4).expect("params");
@@ -111,11 +111,21 @@ fn reserved(ctx: &Context) -> u64 {
     ctx.graph_memory().expect("graph memory").reserved
 }
 
-/// [`reserved`] after returning what no live exec holds to the driver.
+/// [`reserved`] after returning what no live exec holds to the driver (once dropped steps'
+/// execs, released by the context's thread, are gone).
 fn trimmed(ctx: &Context) -> u64 {
-    ctx.synchronize().expect("sync");
-    ctx.trim_graph_memory().expect("trim");
-    reserved(ctx)
+    let start = Instant::now();
+    let mut last = u64::MAX;
+    loop {
+        ctx.synchronize().expect("sync");
+        ctx.trim_graph_memory().expect("trim");
+        let now = reserved(ctx);
+        if now == 0 || (now == last && start.elapsed() > Duration::from_millis(200)) {
+            return now;
+        }
+        last = now;
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn main() {
@@ -200,8 +210,7 @@ fn main() {
 
     // One step's parts against cuMemGetInfo less a baseline (modules loaded by the steps above).
     {
-        ctx.synchronize().expect("sync");
-        ctx.trim_graph_memory().expect("trim");
+        trimmed(&ctx);
         let before = ctx.memory_info().expect("memory info").0 as u64;
         let mut one = vec![make(&ctx, &stream, &cu, &spread, 256, None)];
         run_all(&mut one, &[&stream]);
@@ -226,8 +235,17 @@ fn main() {
     let made: Vec<CudaSlice<f32>> = (0..TEMPORARIES)
         .map(|i| cu.alloc_zeros::<f32>(n * multiple(i)).expect("alloc"))
         .collect();
+    let addresses: Vec<u64> = made.iter().map(|t| t.device_ptr(&cu).0).collect();
+    cu.synchronize().expect("sync");
     let allocating = RefCell::new(make(&ctx, &stream, &cu, &spread, 256, None));
-    let preallocated = RefCell::new(make(&ctx, &stream, &cu, &spread, 256, Some(Arc::new(made))));
+    let preallocated = RefCell::new(make(
+        &ctx,
+        &stream,
+        &cu,
+        &spread,
+        256,
+        Some(Arc::new(addresses)),
+    ));
     let sets: Vec<(DeviceBuffer<f32>, DeviceBuffer<f32>)> = (0..2)
         .map(|_| {
             (
@@ -305,7 +323,7 @@ fn main() {
         fmt(&wall),
         fmt(&host)
     );
-    drop(preallocated);
+    drop((preallocated, made));
 
     // A dropped step's graph memory back to the driver, with no synchronize.
     let held = ctx.graph_memory().expect("graph memory").reserved;

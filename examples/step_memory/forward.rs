@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 
 /// `spread(x, y, nx, ny)`: `y[i] = x[i % nx] + 1` for every `i < ny` (a grid-stride loop).
 pub const SPREAD_PTX: &str = r#"
@@ -61,14 +61,15 @@ pub fn floats_for(mib: usize) -> usize {
 
 /// `y = x + 25` (`n` floats each) on `cu` through [`TEMPORARIES`] intermediates, alive to the
 /// end of the call as a forward pass keeps its activations: allocated here (`alloc`, freed when
-/// each drops) or, with `made`, those buffers (at least as long).
+/// each drops) or, with `made`, the buffers at those addresses (made before, at least as long;
+/// their addresses taken before any capture, which a cudarc slice's event would join).
 pub fn forward(
     cu: &Arc<CudaStream>,
     spread: &CudaFunction,
     x: u64,
     y: u64,
     n: usize,
-    made: Option<&[CudaSlice<f32>]>,
+    made: Option<&[u64]>,
 ) -> Result<(), cudarc::driver::DriverError> {
     let config = LaunchConfig {
         grid_dim: (1024, 1, 1),
@@ -80,7 +81,7 @@ pub fn forward(
     for i in 0..TEMPORARIES {
         let len = n * multiple(i);
         let to = match made {
-            Some(made) => made[i].device_ptr(cu).0,
+            Some(made) => made[i],
             None => {
                 // SAFETY: spread writes every element before anything reads it.
                 let t = unsafe { cu.alloc::<f32>(len) }?;

@@ -109,6 +109,46 @@ pub(super) fn bounds(
     }
 }
 
+/// Whether `addr` is an address of pageable host memory: mapped in this process (a stack, the
+/// heap) and unknown to CUDA (`cuPointerGetAttribute` finds no allocation, device or host, of
+/// the current context there). Such an address in a kernel's arguments is nothing the device
+/// reads (without a system that lets it reach pageable memory).
+pub(crate) fn is_pageable_host(addr: u64) -> bool {
+    use graph_rt_sys::CUpointer_attribute as A;
+    use graph_rt_sys::CUresult as R;
+    if addr == 0 {
+        return false;
+    }
+    let mut kind: u32 = 0;
+    // SAFETY: an out-pointer of the attribute's type (an unsigned int); the address is only
+    // looked up.
+    let found = unsafe {
+        super::call::cu_code!(cuPointerGetAttribute(
+            (&mut kind as *mut u32).cast(),
+            A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+            addr
+        ))
+    };
+    if !matches!(found, Ok(r) if r.code == R::CUDA_ERROR_INVALID_VALUE) {
+        return false;
+    }
+    // SAFETY: sysconf reads a constant of the system.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => return false,
+    };
+    let mut resident = 0u8;
+    // SAFETY: mincore writes one byte (one page) to `resident`, and fails with ENOMEM where the
+    // page is not mapped; it reads no memory of the page.
+    unsafe {
+        libc::mincore(
+            (addr & !(page - 1)) as *mut libc::c_void,
+            page as usize,
+            &mut resident,
+        ) == 0
+    }
+}
+
 /// Refuses a capturing stream for a copy to or from host memory that waits for the stream: a
 /// capture could record the copy but not wait for it.
 pub(super) fn not_capturing(stream: &Stream, call: &'static str) -> Result<()> {

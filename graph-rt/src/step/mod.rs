@@ -356,8 +356,8 @@ where
                 len: d.len,
             })
             .collect();
-        let (mut first, launched, stack) = self.capture_once(None)?;
-        let (second, _, _) = self.capture_once(Some(&stand_ins))?;
+        let (mut first, launched) = self.capture_once(None)?;
+        let (second, _) = self.capture_once(Some(&stand_ins))?;
         let (snapshots, discovery) = discover_graphs(&first, &second, dyn_first, &dyn_second)
             .map_err(|e| changed(format!("{e}")))?;
         drop((second, stand_ins));
@@ -408,7 +408,7 @@ where
         }
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let sigs = validate::sigs_of(&first, &nodes, &kinds, &snapshots)?;
-        let mut signature = Signature::new(sigs, discovery.patches.clone(), stack);
+        let mut signature = Signature::new(sigs, discovery.patches.clone());
         let install = |step: &Self, graph: &mut Graph, snapshots: &[_], options| {
             if patched_words == 0 {
                 return Ok(None);
@@ -451,11 +451,11 @@ where
                     }) =>
             {
                 drop((prelude.take(), first));
-                let (mut again, _, stack) = self.capture_once(None)?;
+                let (mut again, _) = self.capture_once(None)?;
                 again.note_memory_nodes();
                 let snapshots = crate::discover::kernel_snapshots(&again)?;
                 let sigs = validate::read_sigs(&again)?;
-                signature = Signature::new(sigs, discovery.patches.clone(), stack);
+                signature = Signature::new(sigs, discovery.patches.clone());
                 let host = PreludeOptions {
                     host_only: true,
                     ..prelude_options
@@ -515,16 +515,11 @@ where
     fn capture_once(
         &mut self,
         stand_ins: Option<&[params::Bound]>,
-    ) -> Result<(crate::graph::Graph, Vec<choice::Launched>, u64)> {
+    ) -> Result<(crate::graph::Graph, Vec<choice::Launched>)> {
         let (params, body) = (&mut self.params, &mut self.body);
         let mut launched = Vec::new();
-        let mut stack = 0;
         crate::driver::take_freed_in_capture();
         let graph = self.stream.capture(self.options.capture_mode, |s| {
-            // Where this thread's stack is while the closure runs: host addresses near it that
-            // the captured arguments hold (see `validate::STACK_SPAN`) are not the device's.
-            let marker = 0u8;
-            stack = std::hint::black_box(std::ptr::addr_of!(marker)) as u64;
             if !params.table.is_empty() {
                 params.table.record_refresh(s)?;
             }
@@ -543,7 +538,7 @@ where
             launched = scope.launched.take();
             Ok(())
         })?;
-        Ok((graph, launched, stack))
+        Ok((graph, launched))
     }
 
     /// Runs one call of the step with the bindings made so far: one launch of its graph, or
@@ -638,19 +633,20 @@ where
         let bound = self.params.dynamic()?;
         let now = self
             .capture_once(None)
-            .and_then(|(g, _, stack)| Ok((validate::read_sigs(&g)?, stack)));
+            .and_then(|(g, _)| validate::read_sigs(&g));
         if self.direct {
             self.params.forget_bound();
         }
-        let (now, stack) = now?;
+        let now = now?;
         let Some(graphed) = &self.graph else {
             return Ok(Validated::NoGraph);
         };
-        let Some(divergence) =
-            graphed
-                .signature
-                .diverges(&now, stack, &bound, validate::kernel_name)
-        else {
+        let Some(divergence) = graphed.signature.diverges(
+            &now,
+            &bound,
+            validate::kernel_name,
+            &crate::driver::is_pageable_host,
+        ) else {
             self.divergences = 0;
             return Ok(Validated::Same);
         };

@@ -349,21 +349,6 @@ pub(super) enum Sig {
 pub(super) struct Signature {
     nodes: Vec<Sig>,
     patches: Vec<Patch>,
-    /// An address on the capturing thread's stack while the closure ran.
-    stack: u64,
-}
-
-/// How far from the capturing thread's stack position an argument word still counts as an
-/// address on that stack. Such a word is a host address the device does not own (a library
-/// passing `&alpha` from its frame where it uses the value it was given instead, as cuBLAS
-/// does): it changes with the stack depth of each capture, and what a replay passes there is
-/// what the capture passed whatever validation sees, so two captures that differ only there
-/// make the same work.
-const STACK_SPAN: u64 = 1 << 20;
-
-/// Whether `word` lies within [`STACK_SPAN`] of the stack position `stack`.
-fn on_stack(word: u64, stack: u64) -> bool {
-    stack != 0 && word.abs_diff(stack) < STACK_SPAN
 }
 
 /// The nodes of `graph` in capture order, read with its `nodes`, their `kinds` and its kernel
@@ -417,25 +402,21 @@ pub(super) fn read_sigs(graph: &Graph) -> Result<Vec<Sig>> {
 }
 
 impl Signature {
-    /// The signature of the step's capture `nodes`, whose words `patches` the replay rewrites,
-    /// made with the thread's stack at `stack`.
-    pub(super) fn new(nodes: Vec<Sig>, patches: Vec<Patch>, stack: u64) -> Self {
-        Self {
-            nodes,
-            patches,
-            stack,
-        }
+    /// The signature of the step's capture `nodes`, whose words `patches` the replay rewrites.
+    pub(super) fn new(nodes: Vec<Sig>, patches: Vec<Patch>) -> Self {
+        Self { nodes, patches }
     }
 
     /// The first difference between this capture, replayed with the buffers `bound` now, and
-    /// `now`, a capture made with those bindings and the thread's stack at `now_stack`; `name`
-    /// names a kernel by its handle.
+    /// `now`, a capture made with those bindings; `name` names a kernel by its handle, and
+    /// `host` tells whether a word is an address of pageable host memory (see
+    /// [`keep_host_words`]).
     pub(super) fn diverges(
         &self,
         now: &[Sig],
-        now_stack: u64,
         bound: &[Dynamic],
         name: impl Fn(usize) -> String,
+        host: &dyn Fn(u64) -> bool,
     ) -> Option<Divergence> {
         if self.nodes.len() != now.len() {
             return Some(Divergence::NodeCount {
@@ -465,7 +446,7 @@ impl Signature {
                     }
                     let replayed = self.replayed(kernel, pa, bound);
                     let mut translated = pairs.translate_params(pb);
-                    self.keep_stack_words(&replayed, &mut translated.bytes, now_stack);
+                    keep_host_words(&replayed, &mut translated.bytes, host);
                     if let Some((index, r, _)) =
                         first_argument_difference(pa, &replayed, &translated)
                     {
@@ -532,18 +513,6 @@ impl Signature {
         None
     }
 
-    /// Sets the aligned words of `now` that are addresses on its capture's stack (`now_stack`)
-    /// where `replayed` has one on the step's capture's stack to `replayed`'s: see
-    /// [`STACK_SPAN`].
-    fn keep_stack_words(&self, replayed: &[u8], now: &mut [u8], now_stack: u64) {
-        for (r, n) in replayed.chunks_exact(8).zip(now.chunks_exact_mut(8)) {
-            let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
-            if on_stack(word(r), self.stack) && on_stack(word(n), now_stack) {
-                n.copy_from_slice(r);
-            }
-        }
-    }
-
     /// Kernel node `kernel`'s parameter bytes as a replay passes them with the buffers `bound`
     /// now: the declared buffers' words rewritten, the rest as captured.
     fn replayed(&self, kernel: usize, params: &NodeParams, bound: &[Dynamic]) -> Vec<u8> {
@@ -562,6 +531,25 @@ impl Signature {
             word.copy_from_slice(&now.base.wrapping_add(p.interior).to_le_bytes());
         }
         bytes
+    }
+}
+
+/// Sets each aligned word of `now` that differs from `replayed`'s, where both are addresses of
+/// pageable host memory (`host`: mapped in the process, unknown to CUDA), to `replayed`'s.
+///
+/// Such a word is no device memory: a library passing the address of a host value it reads on
+/// the host only (cuBLAS passes `&alpha` from a frame of its own, whose address follows the
+/// depth of the stack at each call). The device cannot have read it at capture (pageable
+/// memory is the host's), what a replay passes there is what the capture passed whatever
+/// validation sees, and it changes with the caller's stack or heap: two captures that differ
+/// only there make the same work.
+fn keep_host_words(replayed: &[u8], now: &mut [u8], host: &dyn Fn(u64) -> bool) {
+    for (r, n) in replayed.chunks_exact(8).zip(now.chunks_exact_mut(8)) {
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+        let (wr, wn) = (word(r), word(n));
+        if wr != wn && host(wr) && host(wn) {
+            n.copy_from_slice(r);
+        }
     }
 }
 
@@ -721,41 +709,36 @@ mod tests {
             buffer: 0,
             interior: 0x10,
         };
-        Signature::new(nodes, vec![patch], 0)
+        Signature::new(nodes, vec![patch])
     }
 
     fn name(f: usize) -> String {
         format!("k{f}")
     }
 
+    fn no_host(_: u64) -> bool {
+        false
+    }
+
     #[test]
-    fn an_address_on_each_captures_stack_is_the_same_work_and_nothing_else_is() {
-        // The step's capture ran with its stack near 0x7f00_0000_8000, this one 0x5000 deeper
-        // (another thread or another call depth): a library's `&alpha` moves with it.
-        let (then, now_stack) = (0x7f00_0000_8000, 0x7f00_0000_3000);
-        let s = Signature::new(
-            vec![kernel(1, 4, &[X0.base + 0x10, then - 0x40, 7])],
-            vec![Patch {
-                node: 0,
-                offset: 0,
-                buffer: 0,
-                interior: 0x10,
-            }],
-            then,
-        );
-        let moved = [kernel(1, 4, &[X1.base + 0x10, now_stack - 0x40, 7])];
-        assert_eq!(s.diverges(&moved, now_stack, &[X1], name), None);
-        // A value far from this capture's stack is no stack address.
-        let other = [kernel(1, 4, &[X1.base + 0x10, 0x7e00_0000_0000, 7])];
+    fn a_host_address_in_both_captures_is_the_same_work_and_nothing_else_is() {
+        // Pageable host memory, as the driver and the process's mappings would say.
+        let host = |w: u64| (0x7f00_0000_0000..0x7f00_1000_0000).contains(&w);
+        let (then, now) = (0x7f00_0000_8000, 0x7f00_0000_3000);
+        let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, then, 7])]);
+        let moved = [kernel(1, 4, &[X1.base + 0x10, now, 7])];
+        assert_eq!(s.diverges(&moved, &[X1], name, &host), None);
+        // A host address where the graph has device memory (or the reverse) is other work.
+        let device = [kernel(1, 4, &[X1.base + 0x10, 0x7e00_0000_0000, 7])];
         assert!(matches!(
-            s.diverges(&other, now_stack, &[X1], name),
+            s.diverges(&device, &[X1], name, &host),
             Some(Divergence::Argument { index: 1, .. })
         ));
-        // Nor is anything when the capture's stack is unknown, and other words still count.
-        assert!(s.diverges(&moved, 0, &[X1], name).is_some());
-        let longer = [kernel(1, 4, &[X1.base + 0x10, now_stack - 0x40, 8])];
+        // Without such addresses the words count, and other words count anyway.
+        assert!(s.diverges(&moved, &[X1], name, &no_host).is_some());
+        let longer = [kernel(1, 4, &[X1.base + 0x10, now, 8])];
         assert!(matches!(
-            s.diverges(&longer, now_stack, &[X1], name),
+            s.diverges(&longer, &[X1], name, &host),
             Some(Divergence::Argument { index: 2, .. })
         ));
     }
@@ -764,10 +747,10 @@ mod tests {
     fn a_capture_with_the_buffers_rebound_is_the_same_work() {
         let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, 7])]);
         let now = [kernel(1, 4, &[X1.base + 0x10, 7])];
-        assert_eq!(s.diverges(&now, 0, &[X1], name), None);
+        assert_eq!(s.diverges(&now, &[X1], name, &no_host), None);
         let same = [kernel(1, 4, &[X0.base + 0x10, 7])];
         assert_eq!(
-            s.diverges(&same, 0, &[X0], name),
+            s.diverges(&same, &[X0], name, &no_host),
             None,
             "bound to the same buffer"
         );
@@ -780,7 +763,7 @@ mod tests {
             kernel(1, 4, &[X0.base + 0x10]),
         ]);
         let now = [Sig::Other(NodeKind::Empty), kernel(1, 8, &[X1.base + 0x10])];
-        match s.diverges(&now, 0, &[X1], name) {
+        match s.diverges(&now, &[X1], name, &no_host) {
             Some(d @ Divergence::Dimensions { node: 1, .. }) => {
                 assert!(d.to_string().contains("grid [8, 1, 1]"), "{d}")
             }
@@ -793,7 +776,7 @@ mod tests {
         let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, 7])]);
         let longer = [kernel(1, 4, &[X1.base + 0x10, 9])];
         assert!(matches!(
-            s.diverges(&longer, 0, &[X1], name),
+            s.diverges(&longer, &[X1], name, &no_host),
             Some(Divergence::Argument {
                 node: 0,
                 index: 1,
@@ -803,7 +786,7 @@ mod tests {
         // The buffer is rebound, but the closure now reads it at another offset.
         let moved = [kernel(1, 4, &[X1.base + 0x20, 7])];
         assert!(matches!(
-            s.diverges(&moved, 0, &[X1], name),
+            s.diverges(&moved, &[X1], name, &no_host),
             Some(Divergence::Argument {
                 node: 0,
                 index: 0,
@@ -813,7 +796,7 @@ mod tests {
         // Bound to the same buffer as captured, read at another offset.
         let moved = [kernel(1, 4, &[X0.base + 0x20, 7])];
         assert!(matches!(
-            s.diverges(&moved, 0, &[X0], name),
+            s.diverges(&moved, &[X0], name, &no_host),
             Some(Divergence::Argument {
                 node: 0,
                 index: 0,
@@ -827,7 +810,7 @@ mod tests {
         let s = signature(vec![kernel(1, 4, &[X0.base + 0x10, 0x5000_0000])]);
         let now = [kernel(1, 4, &[X1.base + 0x10, 0x5100_0000])];
         assert!(matches!(
-            s.diverges(&now, 0, &[X1], name),
+            s.diverges(&now, &[X1], name, &no_host),
             Some(Divergence::Argument { index: 1, .. })
         ));
     }
@@ -843,7 +826,7 @@ mod tests {
             Sig::Ranges(vec![(0x100, 64)]),
         ];
         assert_eq!(
-            s.diverges(&other_kernel, 0, &[X1], name),
+            s.diverges(&other_kernel, &[X1], name, &no_host),
             Some(Divergence::Kernel {
                 node: 0,
                 captured: "k1".into(),
@@ -852,7 +835,7 @@ mod tests {
         );
         let fewer = [kernel(1, 4, &[X1.base + 0x10])];
         assert_eq!(
-            s.diverges(&fewer, 0, &[X1], name),
+            s.diverges(&fewer, &[X1], name, &no_host),
             Some(Divergence::NodeCount {
                 captured: 2,
                 now: 1
@@ -863,12 +846,12 @@ mod tests {
             Sig::Ranges(vec![(0x100, 128)]),
         ];
         assert!(matches!(
-            s.diverges(&longer_copy, 0, &[X1], name),
+            s.diverges(&longer_copy, &[X1], name, &no_host),
             Some(Divergence::Ranges { node: 1, .. })
         ));
         let kind = [kernel(1, 4, &[X1.base + 0x10]), Sig::Other(NodeKind::Host)];
         assert!(matches!(
-            s.diverges(&kind, 0, &[X1], name),
+            s.diverges(&kind, &[X1], name, &no_host),
             Some(Divergence::NodeKind {
                 node: 1,
                 now: NodeKind::Host,
@@ -909,20 +892,19 @@ mod tests {
                 buffer: 0,
                 interior: 0x10,
             }],
-            0,
         );
         assert_eq!(
-            s.diverges(&allocating(0xb000_0000, 0x2000, X1), 0, &[X1], name),
+            s.diverges(&allocating(0xb000_0000, 0x2000, X1), &[X1], name, &no_host),
             None
         );
         assert_eq!(
-            s.diverges(&nodes, 0, &[X0], name),
+            s.diverges(&nodes, &[X0], name, &no_host),
             None,
             "the same addresses"
         );
         // An allocation of another size.
         assert_eq!(
-            s.diverges(&allocating(0xb000_0000, 0x4000, X1), 0, &[X1], name),
+            s.diverges(&allocating(0xb000_0000, 0x4000, X1), &[X1], name, &no_host),
             Some(Divergence::Allocation {
                 node: 1,
                 captured: 0x2000,
@@ -933,13 +915,13 @@ mod tests {
 
     #[test]
     fn the_closures_allocations_used_at_other_offsets_or_swapped_diverge() {
-        let s = Signature::new(allocating(0xa000_0000, 0x2000, X0), Vec::new(), 0);
+        let s = Signature::new(allocating(0xa000_0000, 0x2000, X0), Vec::new());
         let b = 0xb000_0000;
         // The kernel reads the first temporary at another offset.
         let mut now = allocating(b, 0x2000, X0);
         now[2] = kernel(1, 4, &[X0.base + 0x10, b + 0x88, b + 0x10000]);
         assert!(matches!(
-            s.diverges(&now, 0, &[X0], name),
+            s.diverges(&now, &[X0], name, &no_host),
             Some(Divergence::Argument { node: 2, index: 1, ref now, .. })
                 if now[..] == (b + 0x88).to_le_bytes()
         ));
@@ -947,14 +929,14 @@ mod tests {
         let mut now = allocating(b, 0x2000, X0);
         now[3] = Sig::Ranges(vec![(b, 64), (b, 64)]);
         assert!(matches!(
-            s.diverges(&now, 0, &[X0], name),
+            s.diverges(&now, &[X0], name, &no_host),
             Some(Divergence::Ranges { node: 3, .. })
         ));
         // The frees swapped: each frees the other allocation.
         let mut now = allocating(b, 0x2000, X0);
         now.swap(4, 5);
         assert_eq!(
-            s.diverges(&now, 0, &[X0], name),
+            s.diverges(&now, &[X0], name, &no_host),
             Some(Divergence::Free {
                 node: 4,
                 captured: Some(0),
@@ -964,7 +946,7 @@ mod tests {
         // A free of memory no allocation node made, where the graph frees its own.
         let mut now = allocating(b, 0x2000, X0);
         now[5] = Sig::MemFree(0x5000_0000);
-        let d = s.diverges(&now, 0, &[X0], name);
+        let d = s.diverges(&now, &[X0], name, &no_host);
         assert_eq!(
             d,
             Some(Divergence::Free {
@@ -981,7 +963,7 @@ mod tests {
         let mut now = allocating(b, 0x2000, X0);
         now[2] = Sig::MemAlloc { base: b, bytes: 8 };
         assert!(matches!(
-            s.diverges(&now, 0, &[X0], name),
+            s.diverges(&now, &[X0], name, &no_host),
             Some(Divergence::NodeKind {
                 node: 2,
                 captured: NodeKind::Kernel,

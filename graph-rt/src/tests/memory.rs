@@ -97,3 +97,22 @@ fn foreign_memory_is_not_freed() {
     assert_eq!(owner.to_vec().unwrap(), vec![7; 16]);
     assert!(ctx.take_deferred_errors().is_empty());
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn pageable_host_addresses_are_told_from_device_pinned_and_unmapped_ones() {
+    use crate::driver::is_pageable_host;
+    let ctx = ctx();
+    ctx.bind().unwrap();
+    let on_stack = 7u64;
+    let on_heap = Box::new([0u8; 64]);
+    let device = DeviceBuffer::<f32>::zeroed(&ctx, 64).unwrap();
+    let pinned = PinnedHostBuffer::<f32>::zeroed(&ctx, 64).unwrap();
+    assert!(is_pageable_host(std::ptr::addr_of!(on_stack) as u64));
+    assert!(is_pageable_host(on_heap.as_ptr() as u64));
+    assert!(!is_pageable_host(device.as_raw()));
+    assert!(!is_pageable_host(pinned.as_ptr() as u64));
+    // Small integers and the null page are no mapping.
+    assert!(!is_pageable_host(0));
+    assert!(!is_pageable_host(4096));
+}
