@@ -2,8 +2,8 @@
 
 use super::model::{CostModel, Mechanism::*};
 
-/// The H200's calibration of session 7 (the choose bench's model lines, µs per replay of
-/// chains of add1, every pointer rebound).
+/// A GPU's calibration (the choose bench's model lines, µs per replay of chains of add1, every
+/// pointer rebound).
 pub(crate) fn h200() -> CostModel {
     let s = [
         (TablePdl, 10, 17.0),

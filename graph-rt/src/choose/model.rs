@@ -324,9 +324,9 @@ pub fn choose(shape: &GraphShape, model: &CostModel, forced: Option<Mechanism>) 
 mod tests {
     use super::*;
 
-    /// Times read back from a cached model are the times measured, to the last bit (the
-    /// H200's calibration gave 22.444500000000002, one ulp above 22.4445, which serde_json
-    /// without `float_roundtrip` reads back as 22.4445).
+    /// Times read back from a cached model are the times measured, to the last bit (a
+    /// calibration can give 22.444500000000002, one ulp above 22.4445, which serde_json without
+    /// `float_roundtrip` reads back as 22.4445).
     #[test]
     fn json_round_trip_is_exact() {
         let up = |x: f64| f64::from_bits(x.to_bits() + 1);
@@ -345,8 +345,8 @@ mod tests {
         assert_eq!(CostModel::from_json(&model.to_json()).unwrap(), model);
     }
 
-    /// Samples shaped like this session's H200 chain figures (wall µs per synchronized replay,
-    /// every pointer rebound, N = 10 / 200 / 1000).
+    /// Samples shaped like a GPU's chain figures (wall µs per synchronized replay, every
+    /// pointer rebound, N = 10 / 200 / 1000).
     fn h200() -> CostModel {
         use Mechanism::*;
         let s = [

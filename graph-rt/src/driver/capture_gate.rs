@@ -3,10 +3,10 @@
 //!
 //! CUDA refuses `cuCtxSynchronize` while any stream of the context captures, in every capture
 //! mode (thread-local and relaxed included), and the refusal breaks that capture: its end then
-//! fails with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`. (`wip/capture-modes/probe.c`, H100, driver
-//! 580: of eleven calls made on another thread during a capture, this is the only one a
-//! thread-local or relaxed capture does not survive; a global-mode capture survives almost none,
-//! in any context of the process.) graph-rt waits for a whole context where a copy or fill must
+//! fails with `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`. (`wip/capture-modes/probe.c`: of eleven
+//! calls made on another thread during a capture, this is the only one a thread-local or relaxed
+//! capture does not survive; a global-mode capture survives almost none, in any context of the
+//! process.) graph-rt waits for a whole context where a copy or fill must
 //! not race with any stream (`DeviceBuffer::to_vec`, `from_host`, …; the copy and its wait for
 //! the legacy stream pass the gate with the wait), in
 //! [`Context::synchronize`](super::Context::synchronize), and on the release thread (a foreign

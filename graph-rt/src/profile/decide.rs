@@ -210,8 +210,8 @@ fn one_time_budget_us(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> f6
 /// [`decide`] says [`Reason::NeverPaysBack`] where, with no one-time cost, the graph would pay
 /// back (the memory charge alone does not sink it). The one-time cost is a single host-timed
 /// build, where the per-call figures are medians of many, and one build can stray far: the
-/// first in a process pays the driver's first-use costs (on the H200 the sweep's first step
-/// built in 4.4 ms, then 0.4–0.6 ms), a host hiccup another. Such a decision is worth building
+/// first in a process pays the driver's first-use costs (several times a later build's), a host
+/// hiccup another. Such a decision is worth building
 /// the graph again for: [`Profiled`](super::Profiled) builds it twice more and takes the median.
 pub fn hinges_on_one_time(eager: &ModeCost, graph: &ModeCost, policy: &Policy) -> bool {
     decide(eager, graph, policy).reason == Reason::NeverPaysBack
@@ -301,8 +301,7 @@ mod tests {
 
     #[test]
     fn two_straying_calls_of_seven_do_not_make_a_graph_four_times_faster_noise() {
-        // Seen on the H200: eager's seven calls, two of them held up on the host; the graph's
-        // steady. The interquartile range takes half a straying call in (±252 µs: a noise of
+        // Eager's seven calls, two of them held up on the host; the graph's steady. The interquartile range takes half a straying call in (±252 µs: a noise of
         // 2 × 177 µs, more than the 298 µs saved); the median absolute deviation does not.
         let eager = Stats::of(&[400.0, 405.0, 398.0, 410.0, 402.0, 1400.0, 1500.0]).unwrap();
         let graph = Stats::of(&[107.0, 106.5, 107.2, 106.8, 107.1, 107.0, 106.9]).unwrap();

@@ -34,8 +34,7 @@
 //! the step: its graph was captured with them.)
 //!
 //! The mechanism is the device-updatable mix: table forms and the prelude, one exec, no
-//! host-side node updates (the layer stack's best measured mix; on an H200 the stack through a
-//! step replays in 1.018× the time of the same stack captured on fixed buffers), or the prelude
+//! host-side node updates (the layer stack's best measured mix, BENCHMARKS.md), or the prelude
 //! from the host ([`PreludeOptions::host_only`]), or the closure run eagerly
 //! ([`StepOptions::eager`]). Given a cost model ([`StepOptions::cost_model`]), the step predicts
 //! every mix over its captured kernels in launch order (graph-rt's kernels rewritable, the rest

@@ -397,7 +397,7 @@ fn used_cublas(ctx: &Context, stream: &Stream) -> (Cublas, *mut std::ffi::c_void
 /// destroys counted before the drop, and the launch. `ready(raw, before)`, checked right after
 /// the drop (not under a sanitizer, which slows the host), says whether the test can go on
 /// (Ok) or why not: a launch that ended first (the host thread descheduled between the launch
-/// and the check: 1 run in 6 in session 9, once each in sessions 12 and 13) is not a failure of
+/// and the check, now and then) is not a failure of
 /// what is tested but a test that did not happen, so it is made again behind a launch four
 /// times as long, up to four times.
 fn dropped_behind_a_launch(

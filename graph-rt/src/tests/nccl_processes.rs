@@ -150,7 +150,7 @@ impl Drop for Other {
 fn init_rank(device: usize, rank: usize, id: &UniqueId) -> crate::Result<Communicator> {
     let ctx = Context::new(device)?;
     // NCCL refuses within a second; the deadline only bounds a hang. Generous: under racecheck
-    // with the sanitizer pool's 14 runs at once a 30 s init deadline passed (run 3, session 17).
+    // with the sanitizer pool's 14 runs at once a 30 s init deadline can pass.
     let options = CommOptions {
         init_timeout: Duration::from_secs(120),
         ..CommOptions::default()

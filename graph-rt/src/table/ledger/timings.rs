@@ -306,10 +306,8 @@ fn stage_and_count_with_nothing_bound() {
 /// ring of four mirrors, with the caches flushed between launches (as a model's other host work
 /// between its steps would): what writing a mirror whose lines are no longer in the CPU's caches
 /// costs (release builds: `cargo test --release -p graph-rt --lib stage_cold -- --ignored
-/// --nocapture`). On the development machine (session 12): 0.24 µs warm, 0.8–2.0 µs flushed —
-/// about the excess of a prepared set of 1001 slots over anchor4's write of every pointer on the
-/// H200's host; non-temporal (streaming) stores, which skip the read for ownership, measured
-/// 1.0 µs warm and 1.3–1.5 µs flushed there, so the mirror is written with plain stores.
+/// --nocapture`). Non-temporal (streaming) stores, which skip the read for ownership, cost
+/// more than plain stores both warm and flushed, so the mirror is written with plain stores.
 #[test]
 #[ignore = "a timing, not a check"]
 fn stage_cold_mirror_of_every_word() {
