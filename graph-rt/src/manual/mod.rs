@@ -32,9 +32,12 @@
 //!    of rebinding mechanism for a graph.
 //! 7. [Steps](crate::manual::step): one closure of cuBLAS, Triton and graph-rt kernels captured
 //!    once and replayed with one call, its buffers and scalars rebound every call.
-//! 8. [The profiler](crate::manual::profile): keep a step's graph only where it beats eager,
+//! 8. [Memory inside a step](crate::manual::memory): a closure that allocates its
+//!    intermediates as a framework does; the graph's memory nodes, their rules, one memory for
+//!    many steps, and what a step holds.
+//! 9. [The profiler](crate::manual::profile): keep a step's graph only where it beats eager,
 //!    decisions kept across processes, drift watched; a step split into graph and eager runs.
-//! 9. Several GPUs: [`crate::nccl`] (its module docs are the chapter): NCCL communicators of one
+//! 10. Several GPUs: [`crate::nccl`] (its module docs are the chapter): NCCL communicators of one
 //!    rank a GPU, their collectives eagerly, in groups, in captures and in a step
 //!    ([`crate::step::StepScope::nccl`]), rebound by discovery and the prelude like cuBLAS.
 //!
@@ -52,6 +55,7 @@ pub mod basics;
 pub mod capture;
 pub mod choose;
 pub mod foreign;
+pub mod memory;
 pub mod profile;
 pub mod step;
 pub mod table;
