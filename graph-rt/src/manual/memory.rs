@@ -85,7 +85,8 @@
 //! reuses), the exec's own driver memory, the prelude's list and the parameter table. Its
 //! `estimate` is taken before the capture, from the closure's eager run (the stream-ordered
 //! pool's high-water mark during it). The profiler charges a graph [`StepMemory::held_by_graph`]
-//! and prints it in its report.
+//! and prints it in its report; a process with a `tracing` subscriber at the info level sees
+//! each step's parts when its graph is made.
 //!
 //! [`StepScope::alloc`]: crate::step::StepScope::alloc
 //! [`Misuse::FreedInCapture`]: crate::Misuse::FreedInCapture

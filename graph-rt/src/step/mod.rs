@@ -490,6 +490,18 @@ where
             memory_bytes: memory.held_by_graph(),
             memory,
         };
+        tracing::info!(
+            kernel_nodes,
+            patched_words,
+            build_us = build.us,
+            graph_allocations = memory.graph_allocations,
+            graph_reserved = memory.graph_reserved,
+            exec = memory.exec,
+            prelude = memory.prelude,
+            table = memory.table,
+            estimate = memory.estimate,
+            "graph-rt: a step's graph made"
+        );
         let report = StepMode::Graph {
             kernel_nodes,
             patched_words,
