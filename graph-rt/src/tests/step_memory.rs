@@ -284,3 +284,40 @@ fn a_temporary_of_a_capture_cannot_be_bound_to_a_table() {
         assert_eq!(r, Err(Some(crate::Misuse::GraphMemory)));
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn a_steps_memory_is_reported_by_part_and_estimated_from_its_eager_run() {
+    let ctx = capturing_ctx();
+    let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
+    let (p, x, y) = xy(&ctx);
+    // Three temporaries alive together: 16 + 32 + 16 MiB.
+    let mib = |m: usize| (m << 20) / 4;
+    let step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let (xb, yb) = (s.buffer(&x)?, s.buffer(&y)?);
+        let (a, b, c) = (
+            s.alloc::<f32>(mib(16))?,
+            s.alloc::<f32>(mib(32))?,
+            s.alloc::<f32>(mib(16))?,
+        );
+        through(s, &f, &xb, &a, &b)?;
+        through(s, &f, &b, &c, &yb)
+    })
+    .unwrap();
+    let StepMode::Graph { build, .. } = step.mode() else {
+        panic!("{:?}", step.mode());
+    };
+    let m = build.memory;
+    println!("{m:?}");
+    assert_eq!(m.graph_allocations, 64 << 20);
+    // The eager run's high-water mark: the same three buffers (the pool may round them up;
+    // other tests' stream-ordered allocations meanwhile would count too).
+    let estimate = m.estimate.expect("an estimate") as f64;
+    assert!(estimate >= 0.9 * (64 << 20) as f64, "{estimate}");
+    // No word of a foreign kernel to rewrite: no prelude; the table's words are on the device.
+    assert_eq!(m.prelude, 0);
+    assert!(m.table > 0);
+    assert_eq!(build.memory_bytes, m.held_by_graph());
+    assert_eq!(m.held_by_graph(), m.graph_reserved + m.exec + m.prelude);
+}
