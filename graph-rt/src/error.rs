@@ -100,6 +100,18 @@ pub enum Error {
         /// What went wrong, and what to do where graph-rt knows.
         reason: String,
     },
+    /// A framework's own error, met inside graph-rt's work (a candle op failing inside a step's
+    /// closure): the framework's error is the source.
+    #[error("{framework}: {source}")]
+    Framework {
+        /// The framework, e.g. `"candle"`.
+        framework: &'static str,
+        /// The driver's result its error carries, where it carries one.
+        code: Option<CUresult>,
+        /// Its error.
+        #[source]
+        source: std::sync::Arc<dyn std::error::Error + Send + Sync>,
+    },
 }
 
 fn hint_suffix(hint: &Option<String>) -> String {
@@ -182,7 +194,32 @@ impl Error {
     pub fn code(&self) -> Option<CUresult> {
         match self {
             Error::Driver { code, .. } | Error::Capture { code, .. } => Some(*code),
+            Error::Framework { code, .. } => *code,
             _ => None,
+        }
+    }
+
+    /// A framework's error `source` (its driver result `code`, where it carries one) as
+    /// [`Error::Framework`].
+    pub fn framework(
+        framework: &'static str,
+        code: Option<CUresult>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        Error::Framework {
+            framework,
+            code,
+            source: std::sync::Arc::new(source),
+        }
+    }
+
+    /// Whether stream capture caused this error: a capture that broke, or a framework's call
+    /// that the driver refused during one.
+    pub fn is_capture_error(&self) -> bool {
+        match self {
+            Error::Capture { .. } => true,
+            Error::Framework { code: Some(c), .. } => is_capture_code(*c),
+            _ => false,
         }
     }
 
@@ -196,7 +233,7 @@ impl Error {
             | Error::NodeIdentityUnknown { call, .. }
             | Error::Nccl { call, .. }
             | Error::Timeout { call, .. } => Some(call),
-            Error::Load(_) => None,
+            Error::Load(_) | Error::Framework { .. } => None,
         }
     }
 
@@ -339,6 +376,23 @@ fn hint(code: CUresult) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_frameworks_error_is_the_source_and_its_capture_code_a_capture_error() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("op failed")]
+        struct Op;
+        let e = Error::framework("candle", None, Op);
+        assert_eq!(e.to_string(), "candle: op failed");
+        let source = std::error::Error::source(&e).expect("a source");
+        assert_eq!(source.to_string(), "op failed");
+        assert!(!e.is_capture_error());
+        let refused = CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        let e = Error::framework("candle", Some(refused), Op);
+        assert_eq!((e.code(), e.is_capture_error()), (Some(refused), true));
+        let e = Error::framework("candle", Some(CUresult::CUDA_ERROR_OUT_OF_MEMORY), Op);
+        assert!(!e.is_capture_error());
+    }
 
     #[test]
     fn load_errors_say_what_to_do() {

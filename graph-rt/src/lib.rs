@@ -60,6 +60,8 @@ pub mod step;
 pub mod table;
 pub mod timing;
 
+/// The element types of device buffers and kernel arguments (bytemuck's `Pod`).
+pub use bytemuck::Pod;
 /// The 16-bit float types of [`Cublas::gemm_bf16`](cublas::Cublas::gemm_bf16) and
 /// [`Cublas::gemm_f16`](cublas::Cublas::gemm_f16) buffers (the `half`
 /// crate, as candle and burn use it): `DeviceBuffer<half::bf16>` and `DeviceBuffer<half::f16>`

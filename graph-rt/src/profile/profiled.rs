@@ -532,7 +532,7 @@ where
 /// Whether `e` is a capture that failed (the closure changed, or a capture refused it), which
 /// leaves a profiled step as it was, rather than an error of the device or of the call.
 fn capture_failed(e: &Error) -> bool {
-    matches!(e, Error::Capture { .. })
+    e.is_capture_error()
         || matches!(
             e.misuse_kind(),
             Some(crate::Misuse::StepChanged | crate::Misuse::CaptureRefused { .. })

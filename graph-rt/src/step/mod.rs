@@ -804,7 +804,7 @@ fn changed(reason: String) -> Error {
 /// or writes a declared buffer, or its memory nodes break CUDA's rules for them (see
 /// `memory`): the step runs eagerly then, unless [`StepOptions::fail_on_capture_error`].
 fn is_capture_failure(e: &Error) -> bool {
-    matches!(e, Error::Capture { .. })
+    e.is_capture_error()
         || matches!(
             e.misuse_kind(),
             Some(Misuse::ParamCopied | Misuse::FreedInCapture | Misuse::AllocationKept { .. })

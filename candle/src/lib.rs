@@ -1,0 +1,172 @@
+//! candle models captured and replayed through graph-rt's step API.
+//!
+//! candle runs a device's CUDA work on one cudarc stream, allocating each tensor in stream
+//! order (`cuMemAllocAsync`) and freeing it when it drops: inside a step's capture those become
+//! the graph's memory nodes (graph-rt's memory chapter). This crate joins the two:
+//!
+//! - [`CandleStream::new`]: a candle device on a stream of its own, and that stream as
+//!   graph-rt's. (candle's default device uses the per-thread stream, which a step refuses: a
+//!   capture of it would take in whatever else the thread enqueues.)
+//! - [`bind`]: a candle tensor bound to a step parameter, kept alive by the step while a replay
+//!   may read it; no synchronize.
+//! - [`tensor`]: inside the closure, what a declared buffer is bound to, as a candle tensor that
+//!   candle never frees.
+//! - [`error`]: candle's errors carried as graph-rt's ([`graph_rt::Error::Framework`]), with the
+//!   driver's code where candle's error holds one.
+
+use std::sync::Arc;
+
+use candle_core::cuda_backend::cudarc::driver::{CudaStream, DevicePtr};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaError, CudaStorage};
+use candle_core::op::BackpropOp;
+use candle_core::{Device, Shape, Storage, Tensor};
+use graph_rt::step::{Buf, Step, StepScope};
+use graph_rt::{DeviceBuffer, Pod, Stream};
+
+/// A candle device on a stream of its own, and that stream as graph-rt's.
+#[derive(Debug)]
+pub struct CandleStream {
+    device: Device,
+    cuda: Arc<CudaStream>,
+    stream: Stream,
+}
+
+impl CandleStream {
+    /// A candle device on GPU `ordinal`, on a new stream (`Device::new_cuda_with_stream`), with
+    /// cudarc's per-buffer event tracking off: its events, recorded on a tensor's stream at
+    /// every use, would join work made before a capture to the capture (which CUDA refuses).
+    /// Make it before any tensor of the context: the events of tensors made before would be
+    /// left unwaited.
+    pub fn new(ordinal: usize) -> graph_rt::Result<Self> {
+        let device = Device::new_cuda_with_stream(ordinal).map_err(error)?;
+        let cuda = device.as_cuda_device().map_err(error)?;
+        // SAFETY: every tensor of this device is made after this and used on its one stream,
+        // which orders them; cudarc's contract for turning tracking off.
+        unsafe { cuda.disable_event_tracking() };
+        let cuda = cuda.cuda_stream();
+        let stream = Stream::from_cudarc(&cuda)?;
+        Ok(Self {
+            device,
+            cuda,
+            stream,
+        })
+    }
+
+    /// The candle device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Its stream, graph-rt's handle on it (for `Step::new`).
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    fn cuda_device(&self) -> graph_rt::Result<&CudaDevice> {
+        self.device.as_cuda_device().map_err(error)
+    }
+}
+
+/// Binds the contiguous candle tensor `t` to `param` of `step` for the calls that follow: the
+/// step keeps `t` alive while a replay may read it. No synchronize: `t` is made on the step's
+/// stream, which orders its writes before the launch.
+pub fn bind<F, T>(step: &mut Step<F>, param: &Buf<T>, t: &Tensor) -> graph_rt::Result<()>
+where
+    F: FnMut(&StepScope<'_>) -> graph_rt::Result<()>,
+    T: Pod + CudaDType,
+{
+    let buffer = buffer_of::<T>(step.stream(), t)?;
+    step.bind(param, &buffer)
+}
+
+/// The contiguous candle tensor `t` as a graph-rt buffer that keeps `t` alive (no copy).
+pub fn buffer_of<T: Pod + CudaDType>(
+    stream: &Stream,
+    t: &Tensor,
+) -> graph_rt::Result<DeviceBuffer<T>> {
+    if !t.is_contiguous() {
+        return Err(misuse("the tensor is not contiguous: bind t.contiguous()"));
+    }
+    let (ptr, len) = {
+        let (storage, layout) = t.storage_and_layout();
+        let Storage::Cuda(cuda) = &*storage else {
+            return Err(misuse("the tensor is not on a CUDA device"));
+        };
+        let slice = cuda.as_cuda_slice::<T>().map_err(error)?;
+        let start = layout.start_offset();
+        let (base, _sync) = slice.device_ptr(slice.stream());
+        (
+            base + (start * std::mem::size_of::<T>()) as u64,
+            t.elem_count(),
+        )
+    };
+    // SAFETY: `len` elements of the tensor's storage from its layout's start, kept alive by the
+    // tensor the buffer holds.
+    Ok(unsafe { DeviceBuffer::from_raw_guarded(stream.context(), ptr, len, t.clone()) })
+}
+
+/// Inside a step's closure, what `param` is bound to for this run, as a contiguous candle tensor
+/// of `shape` on `on`'s device. candle never frees it: it is the step's buffer (or a stand-in
+/// of the step's second capture), which the step keeps.
+pub fn tensor<T: Pod + CudaDType>(
+    s: &StepScope<'_>,
+    on: &CandleStream,
+    param: &Buf<T>,
+    shape: impl Into<Shape>,
+) -> graph_rt::Result<Tensor> {
+    let shape = shape.into();
+    let buffer = s.buffer(param)?;
+    if shape.elem_count() > buffer.len() {
+        return Err(misuse(
+            "the shape holds more elements than the declared buffer",
+        ));
+    }
+    // SAFETY: the buffer's memory, alive for the run (the step keeps what it binds); the slice
+    // made over it must never drop, which `leak` below sees to.
+    let slice = unsafe {
+        on.cuda
+            .upgrade_device_ptr::<T>(buffer.as_raw(), shape.elem_count())
+    };
+    let storage = CudaStorage::wrap_cuda_slice(slice, on.cuda_device()?.clone());
+    let t = Tensor::from_storage(Storage::Cuda(storage), shape, BackpropOp::none(), false);
+    Ok(leak(t))
+}
+
+/// `t`, whose storage never drops: one handle on it is forgotten, so candle never frees memory
+/// it does not own (its views share that storage). The forgotten handle is a few hundred bytes
+/// of host memory a run.
+fn leak(t: Tensor) -> Tensor {
+    std::mem::forget(t.clone());
+    t
+}
+
+/// candle's error `e` as graph-rt's ([`graph_rt::Error::Framework`]), with the driver's result
+/// where `e` carries one.
+pub fn error(e: candle_core::Error) -> graph_rt::Error {
+    let code = driver_code(&e);
+    graph_rt::Error::framework("candle", code, e)
+}
+
+/// The driver's result a candle error carries, through its wrappers (backtrace, context, path).
+fn driver_code(e: &candle_core::Error) -> Option<graph_rt::sys::CUresult> {
+    use candle_core::Error as E;
+    match e {
+        E::WithBacktrace { inner, .. } | E::Context { inner, .. } | E::WithPath { inner, .. } => {
+            driver_code(inner)
+        }
+        E::Cuda(b) => match b.downcast_ref::<CudaError>()? {
+            CudaError::Cuda(d) | CudaError::Load { cuda: d, .. } => {
+                Some(graph_rt::sys::CUresult(d.0 as u32))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn misuse(reason: &str) -> graph_rt::Error {
+    graph_rt::Error::InvalidArgument {
+        call: "graph_rt_candle",
+        reason: reason.to_owned(),
+    }
+}
