@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device call A (carry: gpu-suite.tgz, from `bash scripts/gpu-suite`): the suite's tests, candle's and
-# examples, the step_memory bench and the step bench; logs in $OUT/a.tgz.
+# Device call A (carry: gpu-suite.tgz, from `bash scripts/gpu-suite`): the suite's tests and examples,
+# candle's tests, the step_memory bench and the step bench; logs in $OUT/a.tgz.
 set -u
 cd "$(dirname "$0")/../.."
 tar xzf gpu-suite.tgz -C /tmp
