@@ -10,7 +10,7 @@
 //! - [`bind`]: a candle tensor bound to a step parameter, kept alive by the step while a replay
 //!   may read it; no synchronize.
 //! - [`tensor`]: inside the closure, what a declared buffer is bound to, as a candle tensor that
-//!   candle never frees.
+//!   candle never frees (valid during the run only).
 //! - [`error`]: candle's errors carried as graph-rt's ([`graph_rt::Error::Framework`]), with the
 //!   driver's code where candle's error holds one.
 
@@ -79,7 +79,9 @@ where
     step.bind(param, &buffer)
 }
 
-/// The contiguous candle tensor `t` as a graph-rt buffer that keeps `t` alive (no copy).
+/// The contiguous candle tensor `t`, made on `stream` (a [`CandleStream`]'s), as a graph-rt
+/// buffer that keeps `t` alive (no copy). A tensor of another stream is refused: nothing would
+/// order its writes before the step's reads.
 pub fn buffer_of<T: Pod + CudaDType>(
     stream: &Stream,
     t: &Tensor,
@@ -93,6 +95,11 @@ pub fn buffer_of<T: Pod + CudaDType>(
             return Err(misuse("the tensor is not on a CUDA device"));
         };
         let slice = cuda.as_cuda_slice::<T>().map_err(error)?;
+        if slice.stream().cu_stream().cast::<()>() != stream.as_raw().cast::<()>() {
+            return Err(misuse(
+                "the tensor was made on another stream than the step's: make it on the CandleStream's device",
+            ));
+        }
         let start = layout.start_offset();
         let (base, _sync) = slice.device_ptr(slice.stream());
         (
@@ -108,12 +115,23 @@ pub fn buffer_of<T: Pod + CudaDType>(
 /// Inside a step's closure, what `param` is bound to for this run, as a contiguous candle tensor
 /// of `shape` on `on`'s device. candle never frees it: it is the step's buffer (or a stand-in
 /// of the step's second capture), which the step keeps.
-pub fn tensor<T: Pod + CudaDType>(
+///
+/// # Safety
+///
+/// The tensor, and every tensor that shares its storage (its views), must not be used after
+/// the closure returns: the memory is the step's, valid for this run only (a stand-in is freed
+/// after the capture, a binding may be replaced before the next call).
+pub unsafe fn tensor<T: Pod + CudaDType>(
     s: &StepScope<'_>,
     on: &CandleStream,
     param: &Buf<T>,
     shape: impl Into<Shape>,
 ) -> graph_rt::Result<Tensor> {
+    if s.stream().as_raw() != on.stream.as_raw() {
+        return Err(misuse(
+            "the step runs on another stream than this CandleStream's: candle's work would not be the step's",
+        ));
+    }
     let shape = shape.into();
     let buffer = s.buffer(param)?;
     if shape.elem_count() > buffer.len() {
@@ -134,7 +152,8 @@ pub fn tensor<T: Pod + CudaDType>(
 
 /// `t`, whose storage never drops: one handle on it is forgotten, so candle never frees memory
 /// it does not own (its views share that storage). The forgotten handle is a few hundred bytes
-/// of host memory a run.
+/// of host memory a run (every call of an eager step), and keeps candle's stream alive: candle
+/// has no tensor over memory it does not own.
 fn leak(t: Tensor) -> Tensor {
     std::mem::forget(t.clone());
     t

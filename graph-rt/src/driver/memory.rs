@@ -109,11 +109,14 @@ pub(super) fn bounds(
     }
 }
 
-/// Whether `addr` is an address of pageable host memory: mapped in this process (a stack, the
-/// heap) and unknown to CUDA (`cuPointerGetAttribute` finds no allocation, device or host, of
-/// the current context there). Such an address in a kernel's arguments is nothing the device
-/// reads (without a system that lets it reach pageable memory).
-pub(crate) fn is_pageable_host(addr: u64) -> bool {
+/// Whether `addr` is an address the device does not read through: host memory this process can
+/// read (a stack, the heap) that CUDA does not know (`cuPointerGetAttribute` finds no
+/// allocation of the current context there, device or host) and, where the current device
+/// reaches pageable memory itself (HMM, ATS: `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`), on
+/// the calling thread's stack. Device memory, reserved ranges and unmapped pages are never such
+/// an address (the host cannot read them).
+pub(crate) fn is_host_only(addr: u64) -> bool {
+    use graph_rt_sys::CUdevice_attribute as D;
     use graph_rt_sys::CUpointer_attribute as A;
     use graph_rt_sys::CUresult as R;
     if addr == 0 {
@@ -129,23 +132,59 @@ pub(crate) fn is_pageable_host(addr: u64) -> bool {
             addr
         ))
     };
-    if !matches!(found, Ok(r) if r.code == R::CUDA_ERROR_INVALID_VALUE) {
+    if !matches!(found, Ok(r) if r.code == R::CUDA_ERROR_INVALID_VALUE) || !host_readable(addr) {
         return false;
     }
-    // SAFETY: sysconf reads a constant of the system.
-    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
-        p if p > 0 => p as u64,
-        _ => return false,
+    let mut device = 0;
+    let mut pageable = 1;
+    // SAFETY: valid out-pointers; the current context's device.
+    let asked = unsafe {
+        super::call::cu_code!(cuCtxGetDevice(&mut device)).and_then(|r| {
+            r.check()?;
+            super::call::cu_code!(cuDeviceGetAttribute(
+                &mut pageable,
+                D::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
+                device
+            ))
+        })
     };
-    let mut resident = 0u8;
-    // SAFETY: mincore writes one byte (one page) to `resident`, and fails with ENOMEM where the
-    // page is not mapped; it reads no memory of the page.
+    match asked {
+        Ok(r) if r.ok() && pageable == 0 => true,
+        Ok(r) if r.ok() => on_this_threads_stack(addr),
+        _ => false,
+    }
+}
+
+/// Whether this process can read the byte at `addr` (`process_vm_readv` of itself: EFAULT where
+/// nothing readable is mapped, with no signal).
+fn host_readable(addr: u64) -> bool {
+    let mut byte = 0u8;
+    let local = libc::iovec {
+        iov_base: (&mut byte as *mut u8).cast(),
+        iov_len: 1,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 1,
+    };
+    // SAFETY: one byte into `byte`; the kernel checks the remote address and reports EFAULT
+    // rather than faulting.
+    unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) == 1 }
+}
+
+/// Whether `addr` lies in the calling thread's stack.
+fn on_this_threads_stack(addr: u64) -> bool {
+    // SAFETY: `attr` is initialised by pthread_getattr_np before it is read, and destroyed
+    // after; the out-pointers are valid.
     unsafe {
-        libc::mincore(
-            (addr & !(page - 1)) as *mut libc::c_void,
-            page as usize,
-            &mut resident,
-        ) == 0
+        let mut attr = std::mem::MaybeUninit::<libc::pthread_attr_t>::uninit();
+        if libc::pthread_getattr_np(libc::pthread_self(), attr.as_mut_ptr()) != 0 {
+            return false;
+        }
+        let (mut base, mut size) = (std::ptr::null_mut(), 0usize);
+        let got = libc::pthread_attr_getstack(attr.as_ptr(), &mut base, &mut size);
+        libc::pthread_attr_destroy(attr.as_mut_ptr());
+        got == 0 && addr >= base as u64 && addr - (base as u64) < size as u64
     }
 }
 

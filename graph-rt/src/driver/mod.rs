@@ -36,7 +36,7 @@ pub use event::{Event, EventFlags};
 pub(crate) use image::check_image;
 pub(crate) use lifetime::{capture_lock, is_sticky, point_after, Lane, Parked, Point, Progress};
 pub use mapped::MappedHostBuffer;
-pub(crate) use memory::is_pageable_host;
+pub(crate) use memory::is_host_only;
 pub use memory::DeviceBuffer;
 pub(crate) use module::{kernel_name, param_layout_of};
 pub use module::{Function, Module, ParamInfo};

@@ -315,6 +315,10 @@ where
     /// during it beyond what it lent before: the estimate of the graph's memory (the pool's
     /// high-water mark is reset for it).
     fn estimated_eager_run(&mut self) -> Result<Option<&'static str>> {
+        if self.options.eager {
+            // No graph to estimate, and the pool's mark is left alone.
+            return self.eager_run();
+        }
         let ctx = self.stream.context().clone();
         let before = ctx.reset_pool_high().and_then(|_| ctx.pool_used());
         let refused = self.eager_run()?;
@@ -423,11 +427,22 @@ where
         drop(snapshots);
         // Instantiated, then uploaded (which maps the graph's memory), each measured.
         let ctx = self.stream.context().clone();
-        let mut exec_bytes = 0;
+        let stream = self.stream.handle();
+        let (mut exec_bytes, mut graph_reserved) = (0, 0);
+        let reserved = |ctx: &crate::Context| -> Result<u64> {
+            match memory_nodes {
+                true => Ok(ctx.graph_memory()?.reserved),
+                false => Ok(0),
+            }
+        };
         let mut instantiate = |graph: &mut Graph| {
             let free = ctx.memory_info()?.0;
             let exec = graph.instantiate()?;
             exec_bytes = free.saturating_sub(ctx.memory_info()?.0) as u64;
+            let before = reserved(&ctx)?;
+            exec.upload(&stream)?;
+            stream.synchronize()?;
+            graph_reserved = reserved(&ctx)?.saturating_sub(before);
             Ok::<_, Error>(exec)
         };
         let in_graph = prelude
@@ -468,18 +483,9 @@ where
             }
             Err(e) => return Err(e),
         };
-        let reserved = |ctx: &crate::Context| -> Result<u64> {
-            match memory_nodes {
-                true => Ok(ctx.graph_memory()?.reserved),
-                false => Ok(0),
-            }
-        };
-        let reserved_before = reserved(&ctx)?;
-        exec.upload(&self.stream)?;
-        self.stream.synchronize()?;
         let memory = StepMemory {
             graph_allocations,
-            graph_reserved: reserved(&ctx)?.saturating_sub(reserved_before),
+            graph_reserved,
             exec: exec_bytes,
             prelude: prelude.as_ref().map_or(0, |p| p.device_bytes()),
             table: self.params.table.memory_bytes().0,
@@ -656,7 +662,7 @@ where
             &now,
             &bound,
             validate::kernel_name,
-            &crate::driver::is_pageable_host,
+            &crate::driver::is_host_only,
         ) else {
             self.divergences = 0;
             return Ok(Validated::Same);

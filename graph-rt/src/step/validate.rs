@@ -409,7 +409,7 @@ impl Signature {
 
     /// The first difference between this capture, replayed with the buffers `bound` now, and
     /// `now`, a capture made with those bindings; `name` names a kernel by its handle, and
-    /// `host` tells whether a word is an address of pageable host memory (see
+    /// `host` tells whether a word is an address of host memory only (see
     /// [`keep_host_words`]).
     pub(super) fn diverges(
         &self,
@@ -535,14 +535,15 @@ impl Signature {
 }
 
 /// Sets each aligned word of `now` that differs from `replayed`'s, where both are addresses of
-/// pageable host memory (`host`: mapped in the process, unknown to CUDA), to `replayed`'s.
+/// host memory the device does not read through (`host`: readable by the process, unknown to
+/// CUDA; on the calling thread's stack where the device reaches pageable memory), to
+/// `replayed`'s.
 ///
 /// Such a word is no device memory: a library passing the address of a host value it reads on
 /// the host only (cuBLAS passes `&alpha` from a frame of its own, whose address follows the
-/// depth of the stack at each call). The device cannot have read it at capture (pageable
-/// memory is the host's), what a replay passes there is what the capture passed whatever
-/// validation sees, and it changes with the caller's stack or heap: two captures that differ
-/// only there make the same work.
+/// depth of the stack at each call). The device does not read it, what a replay passes there is
+/// what the capture passed whatever validation sees, and it changes with the caller's stack or
+/// heap: two captures that differ only there make the same work.
 fn keep_host_words(replayed: &[u8], now: &mut [u8], host: &dyn Fn(u64) -> bool) {
     for (r, n) in replayed.chunks_exact(8).zip(now.chunks_exact_mut(8)) {
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());

@@ -742,9 +742,10 @@ fn nccl_a_communicator_dropped_with_collectives_that_never_finish_is_aborted_aft
     let start = Instant::now();
     // NCCL's abort waits for the device (it frees memory), which the spinning kernel keeps
     // busy: it ends a while after the watchdog's deadline, whatever the asserts below say.
+    // The flag comes back to be dropped once the stream is idle (the kernel reads it until then).
     let release = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(1));
-        flag.write(0, 1)
+        (flag.write(0, 1), flag)
     });
     let deferred = loop {
         let errors = ctx.take_deferred_errors();
@@ -768,6 +769,8 @@ fn nccl_a_communicator_dropped_with_collectives_that_never_finish_is_aborted_aft
         "aborted before its timeout"
     );
     // The stream drains once the kernel ahead of the collective ends.
-    assert!(release.join().unwrap());
+    let (written, flag) = release.join().unwrap();
+    assert!(written);
     stream.synchronize().unwrap();
+    drop(flag);
 }
