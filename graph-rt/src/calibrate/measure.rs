@@ -30,7 +30,7 @@ const BANDWIDTH_BYTES: usize = 64 << 20;
 /// `copy_bytes` ([`chain_shape`]) at the measured bandwidth, which [`choose`](crate::choose::choose)
 /// adds back for each graph's own bytes.
 ///
-/// The stream must not be capturing. A few seconds at most with the default options.
+/// The stream must not be capturing.
 pub fn calibrate(stream: &Stream, options: &CalibrateOptions) -> Result<CostModel> {
     options.check()?;
     measure(stream, options, &plan(stream, options)?)

@@ -72,9 +72,9 @@ pub struct CalibrateOptions {
     /// Kernel nodes of the chains measured (default 10, 50, 200 and 1000): the points of the
     /// model's lines.
     pub sizes: Vec<usize>,
-    /// Measured rounds at 200 nodes and more (default 15; the default calibration takes a few
-    /// seconds at most). Shorter chains, cheaper and noisier, take 200 / N times as
-    /// many (at most ten times); a fifth more (at least two) run first as warm-up.
+    /// Measured rounds at 200 nodes and more (default 15). Shorter chains, cheaper and noisier,
+    /// take 200 / N times as many (at most ten times); a fifth more (at least two) run first as
+    /// warm-up.
     pub rounds: usize,
     /// Mechanisms measured with the caller's workloads (default none).
     pub extra: Vec<ExtraMechanism>,

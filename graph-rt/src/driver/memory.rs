@@ -111,12 +111,11 @@ pub(super) fn bounds(
 
 /// Whether `addr` is an address the device does not read through: host memory this process can
 /// read (a stack, the heap) that CUDA does not know (`cuPointerGetAttribute` finds no
-/// allocation of the current context there, device or host) and, where the current device
-/// reaches pageable memory itself (HMM, ATS: `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`), on
-/// the calling thread's stack. Device memory, reserved ranges and unmapped pages are never such
-/// an address (the host cannot read them).
-pub(crate) fn is_host_only(addr: u64) -> bool {
-    use graph_rt_sys::CUdevice_attribute as D;
+/// allocation of the current context there, device or host) and, where the device reaches
+/// pageable memory itself (`reaches_pageable`: HMM, ATS, the device's
+/// `CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS`), on the calling thread's stack. Device memory,
+/// reserved ranges and unmapped pages are never such an address (the host cannot read them).
+pub(crate) fn is_host_only(addr: u64, reaches_pageable: bool) -> bool {
     use graph_rt_sys::CUpointer_attribute as A;
     use graph_rt_sys::CUresult as R;
     if addr == 0 {
@@ -132,27 +131,9 @@ pub(crate) fn is_host_only(addr: u64) -> bool {
             addr
         ))
     };
-    if !matches!(found, Ok(r) if r.code == R::CUDA_ERROR_INVALID_VALUE) || !host_readable(addr) {
-        return false;
-    }
-    let mut device = 0;
-    let mut pageable = 1;
-    // SAFETY: valid out-pointers; the current context's device.
-    let asked = unsafe {
-        super::call::cu_code!(cuCtxGetDevice(&mut device)).and_then(|r| {
-            r.check()?;
-            super::call::cu_code!(cuDeviceGetAttribute(
-                &mut pageable,
-                D::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS,
-                device
-            ))
-        })
-    };
-    match asked {
-        Ok(r) if r.ok() && pageable == 0 => true,
-        Ok(r) if r.ok() => on_this_threads_stack(addr),
-        _ => false,
-    }
+    matches!(found, Ok(r) if r.code == R::CUDA_ERROR_INVALID_VALUE)
+        && host_readable(addr)
+        && (!reaches_pageable || on_this_threads_stack(addr))
 }
 
 /// Whether this process can read the byte at `addr` (`process_vm_readv` of itself: EFAULT where

@@ -301,8 +301,9 @@ mod tests {
 
     #[test]
     fn two_straying_calls_of_seven_do_not_make_a_graph_four_times_faster_noise() {
-        // Eager's seven calls, two of them held up on the host; the graph's steady. The interquartile range takes half a straying call in (±252 µs: a noise of
-        // 2 × 177 µs, more than the 298 µs saved); the median absolute deviation does not.
+        // Eager's seven calls, two of them held up on the host; the graph's steady. The
+        // interquartile range takes half a straying call in (±252 µs: a noise of 2 × 177 µs,
+        // more than the 298 µs saved); the median absolute deviation does not.
         let eager = Stats::of(&[400.0, 405.0, 398.0, 410.0, 402.0, 1400.0, 1500.0]).unwrap();
         let graph = Stats::of(&[107.0, 106.5, 107.2, 106.8, 107.1, 107.0, 106.9]).unwrap();
         assert!(eager.spread_us > 250.0, "{eager:?}");

@@ -74,7 +74,7 @@ impl ProfileReport {
     pub(super) fn built(&mut self, build: &BuildCost) {
         self.one_time_samples = vec![build.us];
         self.one_time_us = build.us;
-        self.memory_bytes = build.memory_bytes;
+        self.memory_bytes = build.memory.held_by_graph();
         self.memory = build.memory;
     }
 
@@ -268,8 +268,10 @@ mod tests {
         let mut r = ProfileReport::new("s", "");
         r.built(&BuildCost {
             us: 4400.0,
-            memory_bytes: 7,
-            memory: StepMemory::default(),
+            memory: StepMemory {
+                graph_reserved: 7,
+                ..StepMemory::default()
+            },
         });
         assert_eq!((r.one_time_us, r.memory_bytes), (4400.0, 7));
         r.built_again(500.0);
@@ -284,7 +286,6 @@ mod tests {
         // A new build (a re-profiling) starts the samples afresh.
         r.built(&BuildCost {
             us: 600.0,
-            memory_bytes: 0,
             memory: StepMemory::default(),
         });
         assert_eq!((r.one_time_samples.len(), r.one_time_us), (1, 600.0));

@@ -141,7 +141,7 @@ impl<'a> Segmented<'a> {
                         (
                             Some(time(&mut g, stream, samples)?.median_us),
                             build.us,
-                            build.memory_bytes,
+                            build.memory.held_by_graph(),
                         )
                     }
                     StepMode::Eager(_) => (None, 0.0, 0),

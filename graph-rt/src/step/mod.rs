@@ -34,7 +34,7 @@
 //! the step: its graph was captured with them.)
 //!
 //! The mechanism is the device-updatable mix: table forms and the prelude, one exec, no
-//! host-side node updates (the layer stack's best measured mix, BENCHMARKS.md), or the prelude
+//! host-side node updates (the layer stack's best mix in BENCHMARKS.md), or the prelude
 //! from the host ([`PreludeOptions::host_only`]), or the closure run eagerly
 //! ([`StepOptions::eager`]). Given a cost model ([`StepOptions::cost_model`]), the step predicts
 //! every mix over its captured kernels in launch order (graph-rt's kernels rewritable, the rest
@@ -179,10 +179,8 @@ pub enum StepMode {
 pub struct BuildCost {
     /// Host µs of the two captures, discovery, the prelude, instantiation and upload.
     pub us: f64,
-    /// Device memory the graph holds beyond what the eager step holds, bytes
-    /// ([`StepMemory::held_by_graph`]): what the profiler charges it.
-    pub memory_bytes: u64,
-    /// That memory by part, and the parameter table's.
+    /// The device memory the graph holds, by part, and the parameter table's
+    /// ([`StepMemory::held_by_graph`] is what the profiler charges the graph).
     pub memory: StepMemory,
 }
 
@@ -493,7 +491,6 @@ where
         };
         let build = BuildCost {
             us: started.elapsed().as_secs_f64() * 1e6,
-            memory_bytes: memory.held_by_graph(),
             memory,
         };
         tracing::info!(
@@ -658,12 +655,14 @@ where
         let Some(graphed) = &self.graph else {
             return Ok(Validated::NoGraph);
         };
-        let Some(divergence) = graphed.signature.diverges(
-            &now,
-            &bound,
-            validate::kernel_name,
-            &crate::driver::is_host_only,
-        ) else {
+        let pageable = graph_rt_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS;
+        let reaches_pageable = self.stream.context().device().attribute(pageable)? != 0;
+        let host_only = |addr| crate::driver::is_host_only(addr, reaches_pageable);
+        let Some(divergence) =
+            graphed
+                .signature
+                .diverges(&now, &bound, validate::kernel_name, &host_only)
+        else {
             self.divergences = 0;
             return Ok(Validated::Same);
         };

@@ -104,6 +104,13 @@ fn host_only_addresses_are_told_from_device_pinned_and_unmapped_ones() {
     use crate::driver::is_host_only;
     let ctx = ctx();
     ctx.bind().unwrap();
+    // The heap is the host's alone unless the device reaches pageable memory (HMM, ATS).
+    let pageable = ctx
+        .device()
+        .attribute(graph_rt_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)
+        .unwrap();
+    println!("pageable memory access: {pageable}");
+    let is_host_only = |addr| is_host_only(addr, pageable != 0);
     let on_stack = 7u64;
     let on_heap = Box::new([0u8; 64]);
     let device = DeviceBuffer::<f32>::zeroed(&ctx, 64).unwrap();
@@ -111,12 +118,6 @@ fn host_only_addresses_are_told_from_device_pinned_and_unmapped_ones() {
     assert!(is_host_only(std::ptr::addr_of!(on_stack) as u64));
     assert!(!is_host_only(device.as_raw()));
     assert!(!is_host_only(pinned.as_ptr() as u64));
-    // The heap is the host's alone unless the device reaches pageable memory (HMM, ATS).
-    let pageable = ctx
-        .device()
-        .attribute(graph_rt_sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS)
-        .unwrap();
-    println!("pageable memory access: {pageable}");
     assert_eq!(is_host_only(on_heap.as_ptr() as u64), pageable == 0);
     // A freed device allocation's address: reserved by the driver, not readable by the host.
     let freed = DeviceBuffer::<f32>::zeroed(&ctx, 1 << 20).unwrap();
