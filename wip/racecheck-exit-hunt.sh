@@ -3,7 +3,7 @@
 # racecheck alone, pass after pass, until SECONDS (default 500) have gone, with segv-trace.so
 # (wip/segv-trace.c; built beside this script, or here with cc) preloaded into every process, so
 # that a process that faults says where. Usage: racecheck-exit-hunt.sh OUT [SECONDS]
-# (the suite unpacked in /tmp: tar xzf gpu-suite.tgz -C /tmp). OUT gets each pass's summary and
+# (the suite unpacked in /tmp: tar xJf gpu-suite.txz -C /tmp). OUT gets each pass's summary and
 # the logs of its failures, and segv-*.txt of every fault.
 out=$1; budget=${2:-500}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Device call A (carry: gpu-suite.tgz, from `bash scripts/gpu-suite`): the suite's tests and examples,
+# Device call A (carry: gpu-suite.txz, from `bash scripts/gpu-suite`): the suite's tests and examples,
 # candle's tests, the step_memory bench and the step bench; logs in $OUT/a.tgz.
 set -u
 cd "$(dirname "$0")/../.."
-tar xzf gpu-suite.tgz -C /tmp
+tar xJf gpu-suite.txz -C /tmp
 L=/tmp/l; mkdir -p $L
 nvidia-smi -L > $L/gpu.txt 2>&1; date -u >> $L/gpu.txt
 OUT=$L timeout ${A_SUITE_TIMEOUT:-420} /tmp/gpu-suite/run.sh tests examples candle > $L/suite-a.txt 2>&1

@@ -3,7 +3,7 @@
 # memcheck (leak check) + racecheck of the step_memory example; logs in $OUT/b.tgz.
 set -u
 cd "$(dirname "$0")/../.."
-[ -d /tmp/gpu-suite ] || tar xzf gpu-suite.tgz -C /tmp
+[ -d /tmp/gpu-suite ] || tar xJf gpu-suite.txz -C /tmp
 G=/tmp/gpu-suite L=/tmp/lb; mkdir -p $L/san
 date -u > $L/gpu.txt
 ( timeout 300 compute-sanitizer --tool memcheck --leak-check full --report-api-errors no --error-exitcode 9 --port 61000 --max-connections 16 $G/examples/step_memory --calls 3 > $L/san/example-memcheck.log 2>&1; echo "memcheck rc=$?" >> $L/san/example-memcheck.log ) &

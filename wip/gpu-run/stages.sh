@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 set -u
 L=/tmp/l
-tar xzf gpu-suite.tgz -C /tmp; mkdir -p one-off && tar xJf one-off-c/parent.txz -C one-off
+tar xJf gpu-suite.txz -C /tmp; mkdir -p one-off && tar xJf one-off-c/parent.txz -C one-off
 nvidia-smi -L > $L/gpu.txt 2>&1; date -u >> $L/gpu.txt
 (cd wip/capture-modes && nvcc -o /tmp/relaxed relaxed.c -lcuda -lpthread && timeout 40 /tmp/relaxed) > $L/relaxed.txt 2>&1
 (cd wip/step-memory && nvcc -o /tmp/memprobe probe.c -lcuda && timeout 40 /tmp/memprobe) > $L/step-memory.txt 2>&1
