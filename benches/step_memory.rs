@@ -86,8 +86,8 @@ fn memory(m: &Made) -> graph_rt::step::StepMemory {
     }
 }
 
-/// Runs every step once (bound to buffers of its own), waits for `streams`.
-fn run_all(steps: &mut [Made], streams: &[&Stream]) {
+/// Runs every step once (bound to buffers of its own, returned), waits for `streams`.
+fn run_all(steps: &mut [Made], streams: &[&Stream]) -> Vec<(DeviceBuffer<f32>, DeviceBuffer<f32>)> {
     let ctx = streams[0].context().clone();
     let mut kept = Vec::new();
     for m in steps.iter_mut() {
@@ -102,6 +102,23 @@ fn run_all(steps: &mut [Made], streams: &[&Stream]) {
     }
     for s in streams {
         s.synchronize().expect("sync");
+    }
+    kept
+}
+
+/// Free device memory (`cuMemGetInfo`) once the device's stream-ordered pool has returned what
+/// it keeps (the closures' eager runs allocate there) and the reading is steady.
+fn settled_free(ctx: &Context) -> u64 {
+    let mut last = 0;
+    loop {
+        ctx.synchronize().expect("sync");
+        ctx.trim_pool().expect("trim pool");
+        let free = ctx.memory_info().expect("memory info").0 as u64;
+        if free == last {
+            return free;
+        }
+        last = free;
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -210,18 +227,20 @@ fn main() {
 
     // One step's parts against cuMemGetInfo less a baseline (modules loaded by the steps above).
     {
-        trimmed(&ctx);
-        let before = ctx.memory_info().expect("memory info").0 as u64;
+        let graph_before = trimmed(&ctx);
+        let before = settled_free(&ctx);
         let mut one = vec![make(&ctx, &stream, &cu, &spread, 256, None)];
-        run_all(&mut one, &[&stream]);
-        let after = ctx.memory_info().expect("memory info").0 as u64;
+        let kept = run_all(&mut one, &[&stream]);
+        // No graph-memory trim here: it would return the idle exec's memory too.
+        let after = settled_free(&ctx);
+        let graph_after = reserved(&ctx);
         let m = memory(&one[0]);
         let parts = m.graph_reserved + m.exec + m.prelude + m.table;
         // The step's x and y, and the two run_all bound: buffers of the bench, not the step's.
         let bound = 4 * ((floats_for(256) * 4) as u64).next_multiple_of(GRANULE);
         let used = before.saturating_sub(after).saturating_sub(bound);
         println!(
-            "step_memory: a 256 MiB step's parts: graph {:.1} MiB reserved, exec {:.1} MiB, prelude {} B, table {} B = {:.1} MiB; cuMemGetInfo less the baseline and the bench's 4 buffers ({:.1} MiB) {:.1} MiB ({:+.2} granules)",
+            "step_memory: a 256 MiB step's parts: graph {:.1} MiB reserved, exec {:.1} MiB, prelude {} B, table {} B = {:.1} MiB; cuMemGetInfo less the baseline and the bench's 4 buffers ({:.1} MiB) {:.1} MiB ({:+.2} granules; the device's graph memory {:.1} → {:.1} MiB reserved)",
             mib(m.graph_reserved),
             mib(m.exec),
             m.prelude,
@@ -229,8 +248,11 @@ fn main() {
             mib(parts),
             mib(bound),
             mib(used),
-            (used as f64 - parts as f64) / GRANULE as f64
+            (used as f64 - parts as f64) / GRANULE as f64,
+            mib(graph_before),
+            mib(graph_after)
         );
+        drop(kept);
     }
 
     // Replay and host time against the same step on intermediates made before.
@@ -329,13 +351,13 @@ fn main() {
     drop((preallocated, made));
 
     // A dropped step's graph memory back to the driver, with no synchronize.
-    let held = ctx.graph_memory().expect("graph memory").reserved;
     call(&allocating, 0, false);
+    let held = ctx.graph_memory().expect("graph memory");
     drop(allocating);
     let dropped = Instant::now();
     let back = loop {
         let now = ctx.graph_memory().expect("graph memory").reserved;
-        if now + GRANULE < held {
+        if now + GRANULE < held.reserved {
             break Some(dropped.elapsed());
         }
         if dropped.elapsed() > Duration::from_secs(5) {
@@ -348,7 +370,17 @@ fn main() {
             "step_memory: a dropped step's graph memory went back to the driver {:.2} ms after the drop",
             t.as_secs_f64() * 1e3
         ),
-        None => println!("step_memory: a dropped step's graph memory did not go back within 5 s"),
+        None => {
+            // What stays, and whether the release thread or the driver keeps it.
+            let now = ctx.graph_memory().expect("graph memory");
+            let parked = ctx.poll().expect("poll");
+            ctx.synchronize().expect("sync");
+            ctx.trim_graph_memory().expect("trim");
+            let after = ctx.graph_memory().expect("graph memory");
+            println!(
+                "step_memory: a dropped step's graph memory did not go back within 5 s: held {held:?}, 5 s after the drop {now:?} with {parked} batch(es) parked; after a synchronize and a trim {after:?}"
+            );
+        }
     }
     let deferred = ctx.take_deferred_errors();
     assert!(deferred.is_empty(), "{deferred:?}");

@@ -266,6 +266,14 @@ impl Context {
         Ok(pool)
     }
 
+    /// Returns the memory of the device's current memory pool that no allocation holds (what
+    /// `cuMemFreeAsync` freed, cudarc's drops included) to the driver (`cuMemPoolTrimTo`): the
+    /// pool keeps freed memory for later allocations until a synchronize finds it above its
+    /// release threshold. graph-rt does it itself before retrying an allocation out of memory.
+    pub fn trim_pool(&self) -> Result<()> {
+        self.inner.trim_pool()
+    }
+
     /// Returns the graph memory no exec holds any more to the driver (`cuDeviceGraphMemTrim`);
     /// graph-rt does it itself once a dropped exec of a graph with allocation nodes has
     /// finished its last launch.
@@ -377,7 +385,8 @@ impl ContextInner {
         }
         // Releases on this thread may have bound another context.
         self.bind()?;
-        self.trim_pool();
+        // Best effort: the retried allocation says whether it helped.
+        let _ = self.trim_pool();
         alloc().map_err(|_| {
             first.with_hint(
                 "the device is out of memory even after releasing what drops parked: free buffers or allocate less",
@@ -385,16 +394,14 @@ impl ContextInner {
         })
     }
 
-    /// Returns the unused memory of the device's current memory pool (what `cuMemFreeAsync`
-    /// freed) to the device, for an allocation out of memory. Best effort.
-    fn trim_pool(&self) {
+    /// See [`Context::trim_pool`].
+    fn trim_pool(&self) -> Result<()> {
+        self.bind()?;
         let mut pool = std::ptr::null_mut();
         // SAFETY: valid out-pointer and device.
-        let got = unsafe { graph_rt_sys::cuDeviceGetMemPool(&mut pool, self.device.as_raw()) };
-        if matches!(got, Ok(CUresult::CUDA_SUCCESS)) && !pool.is_null() {
-            // SAFETY: the device's pool; trimming keeps what backs live allocations.
-            let _ = unsafe { graph_rt_sys::cuMemPoolTrimTo(pool, 0) };
-        }
+        unsafe { cu!(cuDeviceGetMemPool(&mut pool, self.device.as_raw())) }?;
+        // SAFETY: the device's pool; trimming keeps what backs live allocations.
+        unsafe { cu!(cuMemPoolTrimTo(pool, 0)) }
     }
 
     /// Records an error met in a `Drop`, where it cannot be returned.

@@ -534,21 +534,24 @@ impl Signature {
     }
 }
 
-/// Sets each aligned word of `now` that differs from `replayed`'s, where both are addresses of
+/// Sets each aligned word of `now` that differs from `replayed`'s, where each is an address of
 /// host memory the device does not read through (`host`: readable by the process, unknown to
-/// CUDA; on the calling thread's stack where the device reaches pageable memory), to
-/// `replayed`'s.
+/// CUDA; on the calling thread's stack where the device reaches pageable memory) or null, and
+/// at least one is such an address, to `replayed`'s.
 ///
 /// Such a word is no device memory: a library passing the address of a host value it reads on
 /// the host only (cuBLAS passes `&alpha` from a frame of its own, whose address follows the
-/// depth of the stack at each call). The device does not read it, what a replay passes there is
-/// what the capture passed whatever validation sees, and it changes with the caller's stack or
-/// heap: two captures that differ only there make the same work.
+/// depth of the stack at each call), or a field of an argument it leaves unset for this call,
+/// which holds whatever its frame held: null once, a stale stack address the next time. The
+/// device does not read it, what a replay passes there is what the capture passed whatever
+/// validation sees, and it changes with the caller's stack or heap: two captures that differ
+/// only there make the same work.
 fn keep_host_words(replayed: &[u8], now: &mut [u8], host: &dyn Fn(u64) -> bool) {
+    let host_or_null = |w: u64| w == 0 || host(w);
     for (r, n) in replayed.chunks_exact(8).zip(now.chunks_exact_mut(8)) {
         let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
         let (wr, wn) = (word(r), word(n));
-        if wr != wn && host(wr) && host(wn) {
+        if wr != wn && host_or_null(wr) && host_or_null(wn) {
             n.copy_from_slice(r);
         }
     }
@@ -735,6 +738,14 @@ mod tests {
             s.diverges(&device, &[X1], name, &host),
             Some(Divergence::Argument { index: 1, .. })
         ));
+        // A field left unset: null in one capture, a stale host address in the other.
+        let unset = [kernel(1, 4, &[X1.base + 0x10, 0, 7])];
+        assert_eq!(s.diverges(&unset, &[X1], name, &host), None);
+        let zero = signature(vec![kernel(1, 4, &[X0.base + 0x10, 0, 7])]);
+        assert_eq!(zero.diverges(&moved, &[X1], name, &host), None);
+        // Null against device memory, or null where neither is host memory, is other work.
+        assert!(zero.diverges(&device, &[X1], name, &host).is_some());
+        assert!(s.diverges(&unset, &[X1], name, &no_host).is_some());
         // Without such addresses the words count, and other words count anyway.
         assert!(s.diverges(&moved, &[X1], name, &no_host).is_some());
         let longer = [kernel(1, 4, &[X1.base + 0x10, now, 8])];

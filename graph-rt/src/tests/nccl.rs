@@ -704,6 +704,11 @@ WAIT:
 #[test]
 #[ignore = "needs a CUDA GPU and NCCL (GRAPH_RT_NCCL, PyTorch's nvidia/nccl wheel or libnccl.so.2)"]
 fn nccl_a_communicator_dropped_with_collectives_that_never_finish_is_aborted_after_its_timeout() {
+    // Its only kernel spins on mapped host memory (nothing for initcheck to check), and under
+    // initcheck NCCL's abort outlasts the sanitizer run's limit for one test.
+    if std::env::var_os("GRAPH_RT_SANITIZER").is_some_and(|t| t == "initcheck") {
+        return;
+    }
     let ctx = ctx();
     // Joining takes its time (a slow init is no collective that never finishes).
     let options = CommOptions {

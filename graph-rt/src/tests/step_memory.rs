@@ -315,8 +315,9 @@ fn a_steps_memory_is_reported_by_part_and_estimated_from_its_eager_run() {
     // other tests' stream-ordered allocations meanwhile would count too).
     let estimate = m.estimate.expect("an estimate") as f64;
     assert!(estimate >= 0.9 * (64 << 20) as f64, "{estimate}");
-    // No word of a foreign kernel to rewrite: no prelude; the table's words are on the device.
-    assert_eq!(m.prelude, 0);
+    // The prelude lists the few words it rewrites (x's and y's, not the temporaries'); the
+    // table's words are on the device.
+    assert!(m.prelude < 4096, "{}", m.prelude);
     assert!(m.table > 0);
     assert_eq!(m.held_by_graph(), m.graph_reserved + m.exec + m.prelude);
 }
