@@ -6,7 +6,9 @@
 //!
 //! - [`CandleStream::new`]: a candle device on a stream of its own, and that stream as
 //!   graph-rt's. (candle's default device uses the per-thread stream, which a step refuses: a
-//!   capture of it would take in whatever else the thread enqueues.)
+//!   capture of it would take in whatever else the thread enqueues.) Its cuBLAS handle gets a
+//!   workspace of its own, so that a captured GEMM allocates nothing and runs as it did
+//!   eagerly.
 //! - [`bind`]: a candle tensor bound to a step parameter, kept alive by the step while a replay
 //!   may read it; no synchronize.
 //! - [`tensor`]: inside the closure, what a declared buffer is bound to, as a candle tensor that
@@ -17,7 +19,7 @@
 use std::sync::Arc;
 
 use candle_core::cuda_backend::cudarc::driver::{CudaStream, DevicePtr};
-use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaError, CudaStorage};
+use candle_core::cuda_backend::{CudaDType, CudaDevice, CudaError, CudaStorage, WrapErr};
 use candle_core::op::BackpropOp;
 use candle_core::{Device, Shape, Storage, Tensor};
 use graph_rt::step::{Buf, Step, StepScope};
@@ -32,17 +34,27 @@ pub struct CandleStream {
 }
 
 impl CandleStream {
+    /// The bytes of the cuBLAS workspace [`CandleStream::new`] gives candle's handle (cuBLAS's
+    /// recommendation for Hopper; enough for earlier GPUs).
+    pub const CUBLAS_WORKSPACE_BYTES: usize = 32 << 20;
+
     /// A candle device on GPU `ordinal`, on a new stream (`Device::new_cuda_with_stream`), with
     /// cudarc's per-buffer event tracking off: its events, recorded on a tensor's stream at
     /// every use, would join work made before a capture to the capture (which CUDA refuses).
     /// Make it before any tensor of the context: the events of tensors made before would be
     /// left unwaited.
+    ///
+    /// candle's cuBLAS handle gets a workspace of [`CandleStream::CUBLAS_WORKSPACE_BYTES`]
+    /// (`cublasSetWorkspace`, through candle's own cuBLAS): without one, cuBLAS allocates its
+    /// workspace on the stream, inside a capture too. Captured GEMMs keep its address, and the
+    /// handle lives as long as any clone of the device: the workspace is never freed.
     pub fn new(ordinal: usize) -> graph_rt::Result<Self> {
         let device = Device::new_cuda_with_stream(ordinal).map_err(error)?;
         let cuda = device.as_cuda_device().map_err(error)?;
         // SAFETY: every tensor of this device is made after this and used on its one stream,
         // which orders them; cudarc's contract for turning tracking off.
         unsafe { cuda.disable_event_tracking() };
+        set_cublas_workspace(cuda)?;
         let cuda = cuda.cuda_stream();
         let stream = Stream::from_cudarc(&cuda)?;
         Ok(Self {
@@ -62,9 +74,30 @@ impl CandleStream {
         &self.stream
     }
 
-    fn cuda_device(&self) -> graph_rt::Result<&CudaDevice> {
+    /// candle's CUDA device (for `enable_cuda_graph_htod_cache`, which a closure holds while
+    /// it runs: see the crate's tests).
+    pub fn cuda_device(&self) -> graph_rt::Result<&CudaDevice> {
         self.device.as_cuda_device().map_err(error)
     }
+}
+
+/// Gives `cuda`'s cuBLAS handle a workspace of its own, never freed (see [`CandleStream::new`]).
+fn set_cublas_workspace(cuda: &CudaDevice) -> graph_rt::Result<()> {
+    use candle_core::cuda_backend::cudarc::cublas::sys;
+    let bytes = CandleStream::CUBLAS_WORKSPACE_BYTES;
+    let stream = cuda.cuda_stream();
+    let workspace = stream.alloc_zeros::<u8>(bytes).w().map_err(error)?;
+    // Allocated in stream order: ready for the GEMMs that follow on the same stream.
+    let ptr = workspace.leak();
+    let blas = cuda.cublas_handle();
+    // SAFETY: candle's live handle; `bytes` of device memory of its context, never freed.
+    let status = unsafe { sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut _, bytes) };
+    if status != sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Err(error(candle_core::Error::Msg(format!(
+            "cublasSetWorkspace on candle's cuBLAS handle: {status:?}"
+        ))));
+    }
+    Ok(())
 }
 
 /// Binds the contiguous candle tensor `t` to `param` of `step` for the calls that follow: the

@@ -377,9 +377,9 @@ pub enum Misuse {
     StepChanged,
     /// A step's parameter that its closure does not read through the scope, or of another step.
     UnknownParam,
-    /// A copy through a step's scope that reads or writes a declared buffer: copies are not
-    /// rebound between calls (only kernel arguments are). Copy through a kernel, or outside the
-    /// step.
+    /// A copy or set in a step's capture that covers bytes of a declared buffer past its
+    /// declared length: a later binding need only be as long as declared. Declare the buffer
+    /// as long as the copy.
     ParamCopied,
     /// [`Step::recapture`](crate::step::Step::recapture) of a step not made
     /// [`recapturable`](crate::step::StepOptions::recapturable) (it keeps no handle on its

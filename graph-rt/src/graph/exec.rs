@@ -480,6 +480,35 @@ impl GraphExec {
         Ok(())
     }
 
+    /// Sets copy or set node `node`'s parameters from the host to `p` (a step's copies of its
+    /// declared buffers, pointed at the buffers bound now). Nothing is kept alive for it: the
+    /// caller keeps what `p` reaches alive while a launch may use it.
+    ///
+    /// # Safety
+    /// `p` must be the node's captured parameters with operands moved to memory that stays
+    /// valid, and as long, for every launch until the next change.
+    pub(crate) unsafe fn set_copy_node_params(
+        &mut self,
+        node: Node,
+        p: &super::CopyNodeParams,
+    ) -> Result<()> {
+        let ctx = self.ctx.as_raw();
+        match p {
+            super::CopyNodeParams::Copy(p) => {
+                let raw = self.member(node, "cuGraphExecMemcpyNodeSetParams")?;
+                self.ctx.bind()?;
+                // SAFETY: a copy node of this exec; the caller's promise for the operands.
+                unsafe { cu!(cuGraphExecMemcpyNodeSetParams(self.raw, raw, p, ctx)) }
+            }
+            super::CopyNodeParams::Set(p) => {
+                let raw = self.member(node, "cuGraphExecMemsetNodeSetParams")?;
+                self.ctx.bind()?;
+                // SAFETY: a set node of this exec; the caller's promise for the operand.
+                unsafe { cu!(cuGraphExecMemsetNodeSetParams(self.raw, raw, p, ctx)) }
+            }
+        }
+    }
+
     /// Enables or disables a node (kernel, memcpy or memset) for later launches.
     pub fn set_enabled(&mut self, node: Node, enabled: bool) -> Result<()> {
         let node_raw = self.member(node, "cuGraphNodeSetEnabled")?;

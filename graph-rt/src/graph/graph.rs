@@ -16,6 +16,7 @@ use graph_rt_sys::{CUgraph, CUgraphNode};
 use super::identity::{CapturedNode, Creation};
 pub(crate) use super::node::{copy_params, kernel_params, memset_params};
 pub use super::node::{Edge, Node, NodeKind};
+use super::raw_node::CopyNodeParams;
 use crate::driver::Function;
 use crate::driver::{cu, Context};
 use crate::error::{Error, Misuse, Result};
@@ -303,12 +304,19 @@ impl Graph {
     /// The device memory `node` copies or sets, as `(first byte, bytes)` ranges: a copy's
     /// device-side source and destination, a set's destination; empty for other kinds of node.
     pub fn copied_ranges(&self, node: Node) -> Result<Vec<(u64, u64)>> {
+        Ok(self
+            .copy_node_params(node)?
+            .map_or_else(Vec::new, |p| p.operands().iter().map(|o| o.range).collect()))
+    }
+
+    /// A copy or set node's parameters (`None` for other kinds of node).
+    pub(crate) fn copy_node_params(&self, node: Node) -> Result<Option<CopyNodeParams>> {
         let handle = Arc::clone(&self.handle);
         // Named for the method: the driver call is a copy's or a set's, by the node's type.
-        let _guard = handle.lock("Graph::copied_ranges")?;
-        let raw = node.raw_in(self.handle.id, "Graph::copied_ranges")?;
+        let _guard = handle.lock("Graph::copy_node_params")?;
+        let raw = node.raw_in(self.handle.id, "Graph::copy_node_params")?;
         // SAFETY: a node of this (live) graph.
-        unsafe { super::raw_node::copy_node_ranges(raw) }
+        unsafe { super::raw_node::copy_node_params(raw) }
     }
 
     /// What `node` allocates or frees, if it is a memory node (`None` for other kinds).

@@ -19,5 +19,7 @@ pub use exec::{GraphExec, InstantiateOptions};
 pub use graph::{Graph, GraphAllocation, MemoryNode};
 pub use identity::CapturedNode;
 pub use node::{Edge, EdgeKind, Node, NodeKind};
-pub(crate) use raw_node::{kernel_node_params, make_device_updatable, node_type};
+pub(crate) use raw_node::{
+    kernel_node_params, make_device_updatable, node_type, CopyNodeParams, Operand,
+};
 pub use update::{ExecUpdate, UpdateFailure, UpdateFailureKind};

@@ -45,14 +45,108 @@ pub(crate) unsafe fn node_type(node: CUgraphNode) -> Result<CUgraphNodeType> {
     Ok(t)
 }
 
-/// The device memory a copy or set node writes or reads, as `(first byte, bytes)` ranges of
-/// its device-side operands (a copy's host or array operands are left out), empty for other
-/// kinds of node.
+/// A copy or set node's parameters, as the driver gives them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CopyNodeParams {
+    /// A copy (`cuGraphMemcpyNodeGetParams`).
+    Copy(graph_rt_sys::CUDA_MEMCPY3D),
+    /// A set (`cuGraphMemsetNodeGetParams`).
+    Set(graph_rt_sys::CUDA_MEMSET_NODE_PARAMS),
+}
+
+/// Which operand of a copy or set node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Operand {
+    /// A copy's source.
+    Source,
+    /// A copy's or a set's destination.
+    Destination,
+}
+
+/// One device-side operand of a copy or set node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DeviceOperand {
+    /// Which one.
+    pub(crate) operand: Operand,
+    /// Its base address: the field a rebinding changes (the offsets stay).
+    pub(crate) base: u64,
+    /// The device memory it covers: first byte, bytes.
+    pub(crate) range: (u64, u64),
+}
+
+impl CopyNodeParams {
+    /// The device-side operands (a copy's host or array operands are left out): a copy's
+    /// source, then its destination; a set's destination.
+    pub(crate) fn operands(&self) -> Vec<DeviceOperand> {
+        use graph_rt_sys::CUmemorytype as M;
+        match self {
+            Self::Copy(p) => {
+                let rows = (p.Height.max(1) * p.Depth.max(1)) as u64;
+                let mut out = Vec::with_capacity(2);
+                for (operand, kind, base, x, y, z, pitch, height) in [
+                    (
+                        Operand::Source,
+                        p.srcMemoryType,
+                        p.srcDevice,
+                        p.srcXInBytes,
+                        p.srcY,
+                        p.srcZ,
+                        p.srcPitch,
+                        p.srcHeight,
+                    ),
+                    (
+                        Operand::Destination,
+                        p.dstMemoryType,
+                        p.dstDevice,
+                        p.dstXInBytes,
+                        p.dstY,
+                        p.dstZ,
+                        p.dstPitch,
+                        p.dstHeight,
+                    ),
+                ] {
+                    if kind == M::CU_MEMORYTYPE_DEVICE || kind == M::CU_MEMORYTYPE_UNIFIED {
+                        let pitch = pitch.max(p.WidthInBytes) as u64;
+                        let start = base + x as u64 + (y as u64 + z as u64 * height as u64) * pitch;
+                        out.push(DeviceOperand {
+                            operand,
+                            base,
+                            range: (start, pitch * (rows - 1) + p.WidthInBytes as u64),
+                        });
+                    }
+                }
+                out
+            }
+            Self::Set(p) => {
+                let row = p.width as u64 * p.elementSize as u64;
+                let pitch = (p.pitch as u64).max(row);
+                vec![DeviceOperand {
+                    operand: Operand::Destination,
+                    base: p.dst,
+                    range: (p.dst, pitch * (p.height.max(1) as u64 - 1) + row),
+                }]
+            }
+        }
+    }
+
+    /// The same parameters with `operand`'s base address at `base` (a set has no source: it is
+    /// left as it is).
+    pub(crate) fn with_base(mut self, operand: Operand, base: u64) -> Self {
+        match (&mut self, operand) {
+            (Self::Copy(p), Operand::Source) => p.srcDevice = base,
+            (Self::Copy(p), Operand::Destination) => p.dstDevice = base,
+            (Self::Set(p), Operand::Destination) => p.dst = base,
+            (Self::Set(_), Operand::Source) => {}
+        }
+        self
+    }
+}
+
+/// A copy or set node's parameters; `None` for other kinds of node.
 ///
 /// # Safety
 /// `node` must be a node of a live graph.
-pub(crate) unsafe fn copy_node_ranges(node: CUgraphNode) -> Result<Vec<(u64, u64)>> {
-    use graph_rt_sys::CUmemorytype as M;
+pub(crate) unsafe fn copy_node_params(node: CUgraphNode) -> Result<Option<CopyNodeParams>> {
     // SAFETY: forwarded to the caller.
     match unsafe { node_type(node) }? {
         CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMCPY => {
@@ -60,46 +154,15 @@ pub(crate) unsafe fn copy_node_ranges(node: CUgraphNode) -> Result<Vec<(u64, u64
             let mut p: graph_rt_sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
             // SAFETY: a copy node of a live graph (the caller's promise); valid out-pointer.
             unsafe { cu!(cuGraphMemcpyNodeGetParams(node, &mut p)) }?;
-            let rows = (p.Height.max(1) * p.Depth.max(1)) as u64;
-            let mut out = Vec::new();
-            for (kind, base, x, y, z, pitch, height) in [
-                (
-                    p.srcMemoryType,
-                    p.srcDevice,
-                    p.srcXInBytes,
-                    p.srcY,
-                    p.srcZ,
-                    p.srcPitch,
-                    p.srcHeight,
-                ),
-                (
-                    p.dstMemoryType,
-                    p.dstDevice,
-                    p.dstXInBytes,
-                    p.dstY,
-                    p.dstZ,
-                    p.dstPitch,
-                    p.dstHeight,
-                ),
-            ] {
-                if kind == M::CU_MEMORYTYPE_DEVICE || kind == M::CU_MEMORYTYPE_UNIFIED {
-                    let pitch = pitch.max(p.WidthInBytes) as u64;
-                    let start = base + x as u64 + (y as u64 + z as u64 * height as u64) * pitch;
-                    out.push((start, pitch * (rows - 1) + p.WidthInBytes as u64));
-                }
-            }
-            Ok(out)
+            Ok(Some(CopyNodeParams::Copy(p)))
         }
         CUgraphNodeType::CU_GRAPH_NODE_TYPE_MEMSET => {
-            // SAFETY: plain data, all zeros a valid value.
-            let mut p: graph_rt_sys::CUDA_MEMSET_NODE_PARAMS = unsafe { std::mem::zeroed() };
+            let mut p = graph_rt_sys::CUDA_MEMSET_NODE_PARAMS::default();
             // SAFETY: a set node of a live graph (the caller's promise); valid out-pointer.
             unsafe { cu!(cuGraphMemsetNodeGetParams(node, &mut p)) }?;
-            let row = p.width as u64 * p.elementSize as u64;
-            let pitch = (p.pitch as u64).max(row);
-            Ok(vec![(p.dst, pitch * (p.height.max(1) as u64 - 1) + row)])
+            Ok(Some(CopyNodeParams::Set(p)))
         }
-        _ => Ok(Vec::new()),
+        _ => Ok(None),
     }
 }
 

@@ -13,7 +13,11 @@
 //! done), captures it twice (the second time with stand-ins for the declared buffers), finds
 //! where the captured kernels that graph-rt cannot rewrite take those buffers, and has the
 //! in-graph prelude rewrite those words at every replay; table-form kernels read the slots
-//! themselves. Then each call is [`crate::step::Step::bind`] / [`crate::step::Step::set`] and
+//! themselves. A copy or set over a declared buffer (a framework's contiguous copy, NCCL's
+//! one-rank collective, [`crate::step::StepScope::copy`]) is a copy node, which no kernel
+//! rewrites: each call points it at the buffer bound then, from the host, before the launch
+//! (one driver call a copy whose buffers changed; such a step's prelude rewrites from the
+//! host too). [`crate::step::Step::kernels`] lists the kernels a replay runs. Then each call is [`crate::step::Step::bind`] / [`crate::step::Step::set`] and
 //! [`crate::step::Step::run`]: one launch, every bound buffer kept alive until the replays that
 //! read it have finished. [`crate::step::Step::mode`] says how the step runs: replays of one
 //! graph (kernel nodes, words the prelude rewrites, where), or eagerly and why — a call through

@@ -10,9 +10,12 @@
 //! declared buffers, and discovers where the captured kernels take those buffers
 //! ([`discover_graphs`]): kernels graph-rt cannot rewrite (cuBLAS, plain launches) get their
 //! words rewritten at every replay by the in-graph prelude ([`Prelude`]); table-form kernels
-//! read the slots themselves. Work that differs between the two captures beyond the declared
-//! buffers (node count, kernels, by-value arguments) is refused as [`Misuse::StepChanged`], a
-//! copy of a declared buffer (copies are not rebound) as [`Misuse::ParamCopied`]. A capture that
+//! read the slots themselves; copies and sets over declared buffers (a library's
+//! `cudaMemcpyAsync`, [`StepScope::copy`]) are pointed at the buffers bound before each launch
+//! that moved them, from the host (`copies.rs`; the prelude then rewrites from the host too).
+//! Work that differs between the two captures beyond the declared buffers (node count,
+//! kernels, by-value arguments) is refused as [`Misuse::StepChanged`], a copy that reaches past
+//! a declared buffer's declared length as [`Misuse::ParamCopied`]. A capture that
 //! fails makes the step run eagerly, with the error in [`Step::mode`]
 //! ([`StepOptions::fail_on_capture_error`] makes it an error instead); the context stays usable.
 //!
@@ -52,6 +55,7 @@
 //! `choose` and `error`; nothing depends on it.
 
 mod choice;
+mod copies;
 mod memory;
 mod params;
 mod scope;
@@ -65,6 +69,7 @@ pub use validate::{Divergence, LaunchDims, OnDivergence, Validation};
 
 use bytemuck::Pod;
 
+use self::copies::CopyRebinds;
 use self::scope::Run;
 use self::validate::Signature;
 use crate::choose::{CostModel, Mix};
@@ -174,6 +179,17 @@ pub enum StepMode {
     Eager(EagerReason),
 }
 
+/// A kernel node of a step's graph, as the closure's capture launched it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CapturedKernel {
+    /// The kernel's name as its module has it (mangled where the module's is), or its handle
+    /// in hex where the driver does not say.
+    pub name: String,
+    /// Its launch dimensions.
+    pub dims: LaunchDims,
+}
+
 /// What making a step's graph cost, once.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BuildCost {
@@ -190,6 +206,8 @@ struct Graphed {
     exec: GraphExec,
     prelude: Option<Prelude>,
     signature: Signature,
+    /// Its copies and sets over declared buffers, pointed at the bindings before each launch.
+    copies: CopyRebinds,
 }
 
 /// How a call runs, decided when the graph is made or freed (so that a call reads it beside the
@@ -361,7 +379,6 @@ where
         let (second, _) = self.capture_once(Some(&stand_ins))?;
         let (snapshots, discovery) = discover_graphs(&first, &second, dyn_first, &dyn_second)
             .map_err(|e| changed(format!("{e}")))?;
-        drop((second, stand_ins));
         if let Some(u) = discovery.unexplained.first() {
             return Err(changed(format!(
                 "{} difference(s) between two captures are not declared buffers (first: {u:?}); declare them, or keep them the same each run",
@@ -370,13 +387,22 @@ where
         }
         // The fingerprint of the closure's work, before the prelude adds nodes of its own
         // (which depend on the mix and the driver, not on the work); read once, for the
-        // copies' check too.
+        // copies too.
         let nodes = first.nodes()?;
         let kinds = nodes
             .iter()
             .map(|n| first.node_kind(*n))
             .collect::<Result<Vec<_>>>()?;
-        refuse_copies_of_declared(&first, &nodes, &kinds, dyn_first)?;
+        let slots: Vec<u32> = self
+            .params
+            .params
+            .iter()
+            .map(|p| p.slot.index() as u32)
+            .collect();
+        let (mut copies, copied_ranges) = CopyRebinds::find(
+            &first, &nodes, &kinds, &second, dyn_first, &stand_ins, &slots,
+        )?;
+        drop((second, stand_ins));
         let memory_nodes = kinds
             .iter()
             .any(|k| matches!(k, NodeKind::MemAlloc | NodeKind::MemFree));
@@ -404,12 +430,15 @@ where
             None => None,
         };
         let mut prelude_options = options.prelude;
-        if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) {
+        // Copies are pointed at their buffers from the host, which a graph with
+        // device-updatable nodes allows only between launches (each update would wait for the
+        // last launch): the foreign kernels' words are rewritten from the host too.
+        if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) || !copies.is_empty() {
             prelude_options.host_only = true;
         }
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let sigs = validate::sigs_of(&first, &nodes, &kinds, &snapshots)?;
-        let mut signature = Signature::new(sigs, discovery.patches.clone());
+        let mut signature = Signature::new(sigs, discovery.patches.clone(), copied_ranges.clone());
         let install = |step: &Self, graph: &mut Graph, snapshots: &[_], options| {
             if patched_words == 0 {
                 return Ok(None);
@@ -467,7 +496,8 @@ where
                 again.note_memory_nodes();
                 let snapshots = crate::discover::kernel_snapshots(&again)?;
                 let sigs = validate::read_sigs(&again)?;
-                signature = Signature::new(sigs, discovery.patches.clone());
+                signature = Signature::new(sigs, discovery.patches.clone(), copied_ranges);
+                copies.renode(&again.nodes()?)?;
                 let host = PreludeOptions {
                     host_only: true,
                     ..prelude_options
@@ -520,6 +550,7 @@ where
             exec,
             prelude,
             signature,
+            copies,
         };
         Ok((graphed, report))
     }
@@ -573,6 +604,11 @@ where
 
     /// One launch of the graph, or the closure run eagerly.
     fn launch(&mut self) -> Result<()> {
+        if let Some(g) = &mut self.graph {
+            if !g.copies.is_empty() {
+                g.copies.apply(&mut g.exec, &self.params.table)?;
+            }
+        }
         let table = &mut self.params.table;
         match (self.via, &mut self.graph) {
             (Via::Table, Some(g)) => table.launch(&g.exec, &self.stream),
@@ -781,6 +817,24 @@ where
         self.params.table.trim();
     }
 
+    /// The kernels the closure's capture launched, in order, with their launch dimensions:
+    /// what each replay runs besides graph-rt's own table refresh and prelude (left out).
+    /// Empty for a step that runs eagerly.
+    pub fn kernels(&self) -> Vec<CapturedKernel> {
+        let Some(g) = &self.graph else {
+            return Vec::new();
+        };
+        let refresh = self.params.table.refresh_function().as_raw() as usize;
+        g.signature
+            .kernels()
+            .filter(|(function, _)| *function != refresh)
+            .map(|(function, dims)| CapturedKernel {
+                name: validate::kernel_name(function),
+                dims,
+            })
+            .collect()
+    }
+
     /// How the step runs its calls, and why.
     pub fn mode(&self) -> &StepMode {
         &self.report
@@ -814,34 +868,4 @@ fn is_capture_failure(e: &Error) -> bool {
             e.misuse_kind(),
             Some(Misuse::ParamCopied | Misuse::FreedInCapture | Misuse::AllocationKept { .. })
         )
-}
-
-/// Refuses a capture with a copy or set node over a declared buffer: one a library made itself
-/// (NCCL's one-rank sum is a `cudaMemcpyAsync`; copy-engine collectives are copies), not through
-/// the scope, which no rebinding reaches — replays would keep copying the first call's buffers.
-/// `kinds[i]` is the kind of `nodes[i]`, the graph's nodes.
-fn refuse_copies_of_declared(
-    graph: &crate::graph::Graph,
-    nodes: &[crate::graph::Node],
-    kinds: &[NodeKind],
-    declared: &[Dynamic],
-) -> Result<()> {
-    for (node, kind) in nodes.iter().zip(kinds) {
-        if !matches!(kind, NodeKind::Memcpy | NodeKind::Memset) {
-            continue;
-        }
-        for (base, len) in graph.copied_ranges(*node)? {
-            let range = Dynamic { base, len };
-            if let Some(k) = declared.iter().position(|d| d.overlaps(&range)) {
-                return Err(Error::misuse(
-                    "Step::new",
-                    Misuse::ParamCopied,
-                    format!(
-                        "a copy or set node the closure's libraries made (not through the scope) reads or writes declared buffer {k}, and copies are not rebound between calls: the step runs eagerly"
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
 }

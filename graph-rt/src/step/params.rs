@@ -86,20 +86,6 @@ pub(super) struct Bound {
     pub(super) bytes: usize,
 }
 
-impl Bound {
-    /// Whether the `bytes` bytes at `addr` overlap this buffer.
-    pub(super) fn overlaps(&self, addr: CUdeviceptr, bytes: usize) -> bool {
-        let this = Dynamic {
-            base: self.base,
-            len: self.bytes as u64,
-        };
-        this.overlaps(&Dynamic {
-            base: addr,
-            len: bytes as u64,
-        })
-    }
-}
-
 /// A declared buffer: its slot, the bytes its kernels read, how to allocate a stand-in.
 pub(super) struct Param {
     pub(super) slot: SlotRef,
@@ -219,10 +205,7 @@ impl StepParams {
         // when its handles are rebuilt from the table: every run does the same work.
         let p = &mut self.params[index];
         let alloc = buffer.allocation().clone();
-        let mut bound = (p.rebuild)(buffer.as_raw(), p.min_bytes, alloc);
-        // The copy check covers the whole buffer bound, not only what the kernels read.
-        bound.bytes = bound.bytes.max(buffer.num_bytes());
-        p.bound = Some(bound);
+        p.bound = Some((p.rebuild)(buffer.as_raw(), p.min_bytes, alloc));
         Ok(())
     }
 
@@ -322,30 +305,5 @@ impl StepParams {
                 (p.stand_in)(&self.ctx, len)
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Bound;
-
-    fn bound(base: u64, bytes: usize) -> Bound {
-        Bound {
-            buffer: Box::new(()),
-            base,
-            len: bytes / 4,
-            bytes,
-        }
-    }
-
-    #[test]
-    fn a_range_overlaps_a_bound_buffer_when_they_share_a_byte() {
-        let b = bound(0x1000, 0x100);
-        assert!(b.overlaps(0x1000, 1));
-        assert!(b.overlaps(0x10ff, 1));
-        assert!(b.overlaps(0xf00, 0x101));
-        assert!(b.overlaps(0x800, 0x1000), "a range around the buffer");
-        assert!(!b.overlaps(0x1100, 4), "just after");
-        assert!(!b.overlaps(0xf00, 0x100), "just before");
     }
 }

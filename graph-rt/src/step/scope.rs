@@ -298,31 +298,10 @@ impl<'a> StepScope<'a> {
         }
     }
 
-    /// Copies `src` into `dst` (same lengths) on the step's stream. Neither may be a declared
-    /// buffer ([`Misuse::ParamCopied`]): a copy is not rebound between calls.
+    /// Copies `src` into `dst` (same lengths) on the step's stream: a copy node in the graph,
+    /// which each call points at the buffers its declared parameters are bound to then (one
+    /// driver call before the launch, for each copy whose buffers changed).
     pub fn copy<T: Pod>(&self, dst: &mut DeviceBuffer<T>, src: &DeviceBuffer<T>) -> Result<()> {
-        const CALL: &str = "StepScope::copy";
-        let bound = match self.stand_ins {
-            Some(s) => s.iter().collect::<Vec<_>>(),
-            None => self
-                .params
-                .params
-                .iter()
-                .filter_map(|p| p.bound.as_ref())
-                .collect(),
-        };
-        for (addr, bytes) in [
-            (dst.as_raw(), dst.num_bytes()),
-            (src.as_raw(), src.num_bytes()),
-        ] {
-            if bound.iter().any(|b| b.overlaps(addr, bytes)) {
-                return Err(Error::misuse(
-                    CALL,
-                    Misuse::ParamCopied,
-                    "the copy reads or writes a declared buffer, and copies are not rebound between calls: copy through a kernel, or outside the step",
-                ));
-            }
-        }
         self.after_refresh.set(false);
         match &self.run {
             Run::Eager(s) => {

@@ -19,6 +19,7 @@ use std::fmt;
 
 use graph_rt_sys::CUfunction;
 
+use super::copies::RangePatch;
 use crate::discover::{kernel_snapshots, Dynamic, KernelSnapshot, NodeParams, Patch};
 use crate::error::Result;
 use crate::graph::{Graph, MemoryNode, Node, NodeKind};
@@ -349,6 +350,8 @@ pub(super) enum Sig {
 pub(super) struct Signature {
     nodes: Vec<Sig>,
     patches: Vec<Patch>,
+    /// The copied ranges in declared buffers, which a replay moves with the bindings.
+    ranges: Vec<RangePatch>,
 }
 
 /// The nodes of `graph` in capture order, read with its `nodes`, their `kinds` and its kernel
@@ -402,9 +405,14 @@ pub(super) fn read_sigs(graph: &Graph) -> Result<Vec<Sig>> {
 }
 
 impl Signature {
-    /// The signature of the step's capture `nodes`, whose words `patches` the replay rewrites.
-    pub(super) fn new(nodes: Vec<Sig>, patches: Vec<Patch>) -> Self {
-        Self { nodes, patches }
+    /// The signature of the step's capture `nodes`, whose words `patches` and copied `ranges`
+    /// the replay rewrites.
+    pub(super) fn new(nodes: Vec<Sig>, patches: Vec<Patch>, ranges: Vec<RangePatch>) -> Self {
+        Self {
+            nodes,
+            patches,
+            ranges,
+        }
     }
 
     /// The first difference between this capture, replayed with the buffers `bound` now, and
@@ -473,7 +481,7 @@ impl Signature {
                         .iter()
                         .map(|&(start, len)| (pairs.translate(start), len))
                         .collect();
-                    if *ra != translated {
+                    if self.replayed_ranges(node, ra, bound) != translated {
                         return Some(Divergence::Ranges {
                             node,
                             captured: ra.clone(),
@@ -511,6 +519,31 @@ impl Signature {
             }
         }
         None
+    }
+
+    /// The kernel nodes' kernels (raw handles) and launch dimensions, in capture order.
+    pub(super) fn kernels(&self) -> impl Iterator<Item = (usize, LaunchDims)> + '_ {
+        self.nodes.iter().filter_map(|n| match n {
+            Sig::Kernel(dims, params) => Some((params.function, *dims)),
+            _ => None,
+        })
+    }
+
+    /// Copy or set node `node`'s ranges `captured` as a replay covers them with the buffers
+    /// `bound` now: those in declared buffers at the same offsets into the buffers bound now.
+    fn replayed_ranges(
+        &self,
+        node: usize,
+        captured: &[(u64, u64)],
+        bound: &[Dynamic],
+    ) -> Vec<(u64, u64)> {
+        let mut out = captured.to_vec();
+        for p in self.ranges.iter().filter(|p| p.node == node) {
+            if let (Some(r), Some(now)) = (out.get_mut(p.range), bound.get(p.buffer)) {
+                r.0 = now.base.wrapping_add(p.interior);
+            }
+        }
+        out
     }
 
     /// Kernel node `kernel`'s parameter bytes as a replay passes them with the buffers `bound`
@@ -713,7 +746,7 @@ mod tests {
             buffer: 0,
             interior: 0x10,
         };
-        Signature::new(nodes, vec![patch])
+        Signature::new(nodes, vec![patch], Vec::new())
     }
 
     fn name(f: usize) -> String {
@@ -904,6 +937,7 @@ mod tests {
                 buffer: 0,
                 interior: 0x10,
             }],
+            Vec::new(),
         );
         assert_eq!(
             s.diverges(&allocating(0xb000_0000, 0x2000, X1), &[X1], name, &no_host),
@@ -926,8 +960,52 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_of_a_declared_buffer_is_replayed_over_the_buffer_bound_now() {
+        // Node 1 copies 64 bytes from 0x40 into declared buffer 0 to a temporary.
+        let t = 0xa000_0000;
+        let nodes = vec![
+            kernel(1, 4, &[X0.base + 0x10]),
+            Sig::Ranges(vec![(X0.base + 0x40, 64), (t, 64)]),
+        ];
+        let range = RangePatch {
+            node: 1,
+            range: 0,
+            buffer: 0,
+            interior: 0x40,
+        };
+        let s = Signature::new(
+            nodes,
+            vec![Patch {
+                node: 0,
+                offset: 0,
+                buffer: 0,
+                interior: 0x10,
+            }],
+            vec![range],
+        );
+        let now = |copied: u64| {
+            vec![
+                kernel(1, 4, &[X1.base + 0x10]),
+                Sig::Ranges(vec![(copied, 64), (t, 64)]),
+            ]
+        };
+        // Bound to X1 now: the copy reads X1 at the same offset.
+        assert_eq!(
+            s.diverges(&now(X1.base + 0x40), &[X1], name, &no_host),
+            None
+        );
+        // At another offset, or still from the buffer bound when captured.
+        for copied in [X1.base + 0x80, X0.base + 0x40] {
+            assert!(matches!(
+                s.diverges(&now(copied), &[X1], name, &no_host),
+                Some(Divergence::Ranges { node: 1, .. })
+            ));
+        }
+    }
+
+    #[test]
     fn the_closures_allocations_used_at_other_offsets_or_swapped_diverge() {
-        let s = Signature::new(allocating(0xa000_0000, 0x2000, X0), Vec::new());
+        let s = Signature::new(allocating(0xa000_0000, 0x2000, X0), Vec::new(), Vec::new());
         let b = 0xb000_0000;
         // The kernel reads the first temporary at another offset.
         let mut now = allocating(b, 0x2000, X0);

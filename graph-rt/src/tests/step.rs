@@ -389,29 +389,57 @@ fn a_step_on_a_default_stream_is_refused() {
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn a_step_that_copies_a_declared_buffer_is_refused_before_any_capture() {
+fn a_step_that_copies_declared_buffers_is_pointed_at_the_buffers_bound_every_call() {
     let ctx = capturing_ctx();
     let stream = Stream::new(&ctx).unwrap();
+    let f = add1(&ctx);
     let bufs = buffers(&ctx, 2);
-    let (p, x, _) = xy(&ctx, &bufs);
+    let (p, x, y) = xy(&ctx, &bufs);
     let mut scratch = buffers(&ctx, 1).pop().unwrap();
-    let e = Step::new(&stream, p, StepOptions::default(), |s| {
-        s.copy(&mut scratch, &s.buffer(&x)?)
-    })
-    .unwrap_err();
-    assert_eq!(e.misuse_kind(), Some(&Misuse::ParamCopied), "{e}");
-    // A copy between buffers the step does not declare is fine, eagerly and captured.
-    let (p, _, _) = xy(&ctx, &bufs);
-    let other = buffers(&ctx, 1).pop().unwrap();
+    let cfg = LaunchConfig::for_elements(N, 256);
+    // x is copied into a buffer the step does not declare, add1 writes y from it: a copy node
+    // reading x, a kernel writing y.
     let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
-        s.copy(&mut scratch, &other)
+        s.copy(&mut scratch, &s.buffer(&x)?)?;
+        let yb = s.buffer(&y)?;
+        // SAFETY: add1 over N floats of two distinct N-float buffers.
+        unsafe { s.launch(&f, &cfg, (&scratch, &yb, N as i32)) }
     })
     .unwrap();
-    assert!(
-        matches!(step.mode(), StepMode::Graph { .. }),
-        "{:?}",
-        step.mode()
-    );
+    match step.mode() {
+        StepMode::Graph { prelude, .. } => assert!(
+            matches!(prelude, Some(PreludeMode::Host { .. })),
+            "a step with copies of declared buffers rewrites its kernels from the host: {prelude:?}"
+        ),
+        mode => panic!("{mode:?}"),
+    }
+    for _ in 0..sized(50, 10, 4) {
+        let mut b = buffers(&ctx, 1);
+        let input = fresh_input(&mut b[0]);
+        step.bind(&x, &b[0]).unwrap();
+        runs_add1(&mut step, &y, &input);
+    }
+    assert_eq!(step.validate().unwrap(), Validated::Same);
+    // A copy past the declared length: x declared N/2 floats, the closure copying N from it
+    // (a later binding need only be N/2 long).
+    let mut p = StepParams::new(&ctx, 4).unwrap();
+    let short = p.buffer::<f32>(N / 2).unwrap();
+    p.bind(&short, &bufs[0]).unwrap();
+    let mut step = Step::new(&stream, p, StepOptions::default(), |s| {
+        let b = s.buffer(&short)?;
+        // SAFETY: the buffer bound is N floats long; the second capture's stand-in is N/2, but
+        // that capture is never launched.
+        let longer =
+            unsafe { DeviceBuffer::<f32>::from_raw_guarded(&ctx, b.as_raw(), N, b.alias()) };
+        s.copy(&mut scratch, &longer)
+    })
+    .unwrap();
+    match step.mode() {
+        StepMode::Eager(crate::step::EagerReason::CaptureFailed(e)) => {
+            assert_eq!(e.misuse_kind(), Some(&Misuse::ParamCopied), "{e}");
+        }
+        mode => panic!("a copy past a declared length runs as {mode:?}"),
+    }
     step.run().unwrap();
     stream.synchronize().unwrap();
 }
