@@ -15,6 +15,12 @@
 //!   candle never frees (valid during the run only).
 //! - [`error`]: candle's errors carried as graph-rt's ([`graph_rt::Error::Framework`]), with the
 //!   driver's code where candle's error holds one.
+//!
+//! [`porting`] says what a candle model must do differently to be captured once and rebound
+//! every call; [`llama`] is a Llama-style decoder written both ways.
+
+pub mod llama;
+pub mod porting;
 
 use std::sync::Arc;
 
