@@ -331,6 +331,7 @@ fn check(on: &CandleStream, model: &Llama, reference: &Llama, batch: usize) -> R
     let (mut ours_sq, mut own_sq, mut n) = (0f64, 0f64, 0usize);
     let mut identical = true;
     let mut mismatches = Vec::new();
+    let mut natural_last = None;
     for (pos, row) in ids.iter().enumerate() {
         let tokens = Tensor::new(row.as_slice(), &dev)?;
         let position = Tensor::new(&[pos as u32], &dev)?;
@@ -361,6 +362,7 @@ fn check(on: &CandleStream, model: &Llama, reference: &Llama, batch: usize) -> R
                 mismatches.push((pos, s, o.0, t.0, x.1));
             }
         }
+        natural_last = Some(nat);
     }
     let (ours_rms, own_rms) = ((ours_sq / n as f64).sqrt(), (own_sq / n as f64).sqrt());
     let ratio = ours_rms / own_rms;
@@ -377,11 +379,11 @@ fn check(on: &CandleStream, model: &Llama, reference: &Llama, batch: usize) -> R
     for (pos, s, o, t, margin) in mismatches.iter().take(20) {
         println!("    position {pos} sequence {s}: graph-rt {o}, natural {t}, f32 top-two margin {margin:.3e}");
     }
-    // Generation: graph-rt's greedy tokens stay on the device (each call's `next` is the next
-    // call's tokens), against static eager's and natural's.
-    let mut prev = Tensor::new(ids[PROMPT - 1].as_slice(), &dev)?;
-    let mut prev_e = prev.clone();
-    let mut nat_tokens = prev.clone();
+    // Generation from the prompt's last prediction: graph-rt's greedy tokens stay on the device
+    // (each call's `next` is the next call's tokens), against static eager's and natural's.
+    let mut prev = io.next.copy()?;
+    let mut prev_e = eager.next.copy()?;
+    let mut nat_tokens = natural_last.ok_or("no prompt")?.argmax(D::Minus1)?;
     let (mut ours_gen, mut eager_gen, mut nat_gen) = (Vec::new(), Vec::new(), Vec::new());
     let mut gen_identical = true;
     for i in 0..GENERATE {

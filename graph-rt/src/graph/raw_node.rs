@@ -205,3 +205,79 @@ pub(crate) unsafe fn kernel_node_params(node: CUgraphNode) -> Result<CUDA_KERNEL
     unsafe { cu!(cuGraphKernelNodeGetParams(node, &mut p)) }?;
     Ok(p)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{CopyNodeParams, DeviceOperand, Operand};
+    use graph_rt_sys::CUmemorytype as M;
+
+    fn copy(src: u64, dst: u64, src_x: usize, bytes: usize) -> CopyNodeParams {
+        // SAFETY: plain data, all zeros a valid value.
+        let mut p: graph_rt_sys::CUDA_MEMCPY3D = unsafe { std::mem::zeroed() };
+        (p.srcMemoryType, p.dstMemoryType) = (M::CU_MEMORYTYPE_DEVICE, M::CU_MEMORYTYPE_DEVICE);
+        (p.srcDevice, p.dstDevice, p.srcXInBytes) = (src, dst, src_x);
+        (p.WidthInBytes, p.Height, p.Depth) = (bytes, 1, 1);
+        CopyNodeParams::Copy(p)
+    }
+
+    #[test]
+    fn a_copys_operands_are_its_device_source_and_destination_with_their_offsets() {
+        let p = copy(0x1000, 0x9000, 0x40, 256);
+        assert_eq!(
+            p.operands(),
+            vec![
+                DeviceOperand {
+                    operand: Operand::Source,
+                    base: 0x1000,
+                    range: (0x1040, 256),
+                },
+                DeviceOperand {
+                    operand: Operand::Destination,
+                    base: 0x9000,
+                    range: (0x9000, 256),
+                },
+            ]
+        );
+        // Moved: the base changes, the offset into it stays.
+        let moved = p.with_base(Operand::Source, 0x5000);
+        assert_eq!(moved.operands()[0].range, (0x5040, 256));
+        assert_eq!(moved.operands()[1], p.operands()[1]);
+    }
+
+    #[test]
+    fn a_host_operand_is_no_device_operand_and_a_set_has_only_a_destination() {
+        let CopyNodeParams::Copy(mut p) = copy(0, 0x9000, 0, 64) else {
+            unreachable!()
+        };
+        p.srcMemoryType = M::CU_MEMORYTYPE_HOST;
+        let ops = CopyNodeParams::Copy(p).operands();
+        assert_eq!(ops.len(), 1);
+        assert_eq!(ops[0].operand, Operand::Destination);
+        let set = CopyNodeParams::Set(graph_rt_sys::CUDA_MEMSET_NODE_PARAMS {
+            dst: 0x2000,
+            pitch: 0,
+            value: 0,
+            elementSize: 4,
+            width: 16,
+            height: 2,
+        });
+        assert_eq!(
+            set.operands(),
+            vec![DeviceOperand {
+                operand: Operand::Destination,
+                base: 0x2000,
+                range: (0x2000, 128),
+            }]
+        );
+        let moved = set.with_base(Operand::Source, 0x7000);
+        assert_eq!(
+            moved.operands()[0].base,
+            0x2000,
+            "a set has no source to move"
+        );
+        assert_eq!(
+            set.with_base(Operand::Destination, 0x7000).operands()[0].base,
+            0x7000
+        );
+    }
+}
