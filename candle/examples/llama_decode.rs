@@ -33,9 +33,10 @@ use std::time::Instant;
 
 use candle_core::cuda_backend::cudarc::driver::sys as cu;
 use candle_core::{DType, Tensor, D};
-use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope};
+use graph_rt::step::{Step, StepMode, StepOptions, StepParams, StepScope};
+use graph_rt_candle::decode::{DecodeIo, DecodeParams};
 use graph_rt_candle::llama::{Config, GrowingCache, Llama};
-use graph_rt_candle::{bind, buffer_of, error, tensor, CandleStream};
+use graph_rt_candle::CandleStream;
 use half::bf16;
 
 type R<T> = std::result::Result<T, Box<dyn std::error::Error>>;
@@ -125,142 +126,24 @@ fn run(on: &CandleStream, small: bool, want: &dyn Fn(&str) -> bool) -> R<bool> {
     Ok(pass)
 }
 
-/// The step's declared buffers.
-struct Params {
-    tokens: Buf<u32>,
-    pos: Buf<u32>,
-    logits: Buf<f32>,
-    next: Buf<u32>,
-    caches: Vec<(Buf<bf16>, Buf<bf16>)>,
-}
+type Io = DecodeIo;
 
-/// What one call reads and writes.
-#[derive(Clone)]
-struct Io {
-    tokens: Tensor,
-    pos: Tensor,
-    logits: Tensor,
-    next: Tensor,
-    caches: Vec<(Tensor, Tensor)>,
-}
-
-impl Io {
-    fn new(model: &Llama, batch: usize, caches: Vec<(Tensor, Tensor)>) -> R<Self> {
-        let dev = model.device().clone();
-        Ok(Self {
-            tokens: Tensor::zeros(batch, DType::U32, &dev)?,
-            pos: Tensor::zeros(1, DType::U32, &dev)?,
-            logits: Tensor::zeros((batch, model.config().vocab), DType::F32, &dev)?,
-            next: Tensor::zeros(batch, DType::U32, &dev)?,
-            caches,
-        })
-    }
-
-    /// The capture-safe form, eagerly.
-    fn forward(&self, model: &Llama) -> R<()> {
-        model.forward_static_greedy(
-            &self.tokens,
-            &self.pos,
-            &self.caches,
-            &self.logits,
-            &self.next,
-        )?;
-        Ok(())
-    }
-}
-
-fn declare(on: &CandleStream, model: &Llama, io: &Io) -> R<(StepParams, Params)> {
-    let cfg = model.config();
-    let batch = io.tokens.dim(0)?;
-    let (b, kv, c, hd) = cfg.cache_shape(batch);
-    let mut sp = StepParams::new(on.stream().context(), 4 + 2 * cfg.layers)?;
-    let p = Params {
-        tokens: sp.buffer(batch)?,
-        pos: sp.buffer(1)?,
-        logits: sp.buffer(batch * cfg.vocab)?,
-        next: sp.buffer(batch)?,
-        caches: (0..cfg.layers)
-            .map(|_| Ok((sp.buffer(b * kv * c * hd)?, sp.buffer(b * kv * c * hd)?)))
-            .collect::<graph_rt::Result<Vec<_>>>()?,
-    };
-    let s = on.stream();
-    sp.bind(&p.tokens, &buffer_of(s, &io.tokens)?)?;
-    sp.bind(&p.pos, &buffer_of(s, &io.pos)?)?;
-    sp.bind(&p.logits, &buffer_of(s, &io.logits)?)?;
-    sp.bind(&p.next, &buffer_of(s, &io.next)?)?;
-    for ((kb, vb), (k, v)) in p.caches.iter().zip(&io.caches) {
-        sp.bind(kb, &buffer_of(s, k)?)?;
-        sp.bind(vb, &buffer_of(s, v)?)?;
-    }
-    Ok((sp, p))
-}
-
-/// The closure: the capture-safe form over the declared tensors.
-fn body<'a>(
-    on: &'a CandleStream,
-    model: &'a Llama,
-    p: &'a Params,
-) -> impl FnMut(&StepScope<'_>) -> graph_rt::Result<()> + 'a {
-    move |s| {
-        let cfg = model.config();
-        // candle's uploads of dims and strides come from its cache, filled by the eager run.
-        let _cache = on.cuda_device()?.enable_cuda_graph_htod_cache();
-        let batch = s.buffer(&p.tokens)?.len();
-        // SAFETY: these tensors, and what shares their storage, live in this run only.
-        let (tokens, pos, logits, next) = unsafe {
-            (
-                tensor(s, on, &p.tokens, batch)?,
-                tensor(s, on, &p.pos, 1)?,
-                tensor(s, on, &p.logits, (batch, cfg.vocab))?,
-                tensor(s, on, &p.next, batch)?,
-            )
-        };
-        let caches = p
-            .caches
-            .iter()
-            .map(|(kb, vb)| {
-                // SAFETY: as above.
-                unsafe {
-                    Ok((
-                        tensor(s, on, kb, cfg.cache_shape(batch))?,
-                        tensor(s, on, vb, cfg.cache_shape(batch))?,
-                    ))
-                }
-            })
-            .collect::<graph_rt::Result<Vec<_>>>()?;
-        model
-            .forward_static_greedy(&tokens, &pos, &caches, &logits, &next)
-            .map_err(error)
-    }
-}
-
-/// A step of the capture-safe form for `io`'s batch, bound to `io`.
+/// A step of the capture-safe form, bound to `io`.
 fn make_step<'a>(
     on: &'a CandleStream,
     model: &'a Llama,
-    p: &'a Params,
+    p: &'a DecodeParams<bf16>,
     sp: StepParams,
 ) -> R<Step<impl FnMut(&StepScope<'_>) -> graph_rt::Result<()> + 'a>> {
-    let step = Step::new(on.stream(), sp, StepOptions::default(), body(on, model, p))?;
+    let step = Step::new(on.stream(), sp, StepOptions::default(), p.body(on, model))?;
     if !matches!(step.mode(), StepMode::Graph { .. }) {
         return Err(format!("the decode step is not captured: {:?}", step.mode()).into());
     }
     Ok(step)
 }
 
-fn bind_io<F>(step: &mut Step<F>, p: &Params, io: &Io) -> graph_rt::Result<()>
-where
-    F: FnMut(&StepScope<'_>) -> graph_rt::Result<()>,
-{
-    bind(step, &p.tokens, &io.tokens)?;
-    bind(step, &p.pos, &io.pos)?;
-    bind(step, &p.logits, &io.logits)?;
-    bind(step, &p.next, &io.next)?;
-    for ((kb, vb), (k, v)) in p.caches.iter().zip(&io.caches) {
-        bind(step, kb, k)?;
-        bind(step, vb, v)?;
-    }
-    Ok(())
+fn declare(on: &CandleStream, model: &Llama, io: &Io) -> R<(StepParams, DecodeParams<bf16>)> {
+    Ok(DecodeParams::declare(on, model, io)?)
 }
 
 /// Seeded token ids, `[positions][batch]`, below `vocab`.
@@ -347,7 +230,7 @@ fn check(on: &CandleStream, model: &Llama, reference: &Llama, batch: usize) -> R
                 ..eager.clone()
             },
         );
-        bind_io(&mut step, &p, &g)?;
+        p.bind(&mut step, &g)?;
         step.run()?;
         e.forward(model)?;
         let nat = model.forward_natural(&tokens, pos, &mut natural)?;
@@ -395,7 +278,7 @@ fn check(on: &CandleStream, model: &Llama, reference: &Llama, batch: usize) -> R
             next: Tensor::zeros(batch, DType::U32, &dev)?,
             ..io.clone()
         };
-        bind_io(&mut step, &p, &g)?;
+        p.bind(&mut step, &g)?;
         step.run()?;
         let e = Io {
             tokens: prev_e.clone(),
@@ -572,15 +455,15 @@ fn speed(on: &CandleStream, model: &Llama) -> R<bool> {
             Ok(())
         })?;
         t.entry("natural eager").or_default().push(x);
-        let x = time_calls(on, calls, |_| static_eager.forward(model))?;
+        let x = time_calls(on, calls, |_| Ok(static_eager.forward(model)?))?;
         t.entry("static eager").or_default().push(x);
         let x = time_calls(on, calls, |_| {
-            bind_io(&mut step, &p, &ios[0])?;
+            p.bind(&mut step, &ios[0])?;
             Ok(step.run()?)
         })?;
         t.entry("graph-rt, one cache").or_default().push(x);
         let x = time_calls(on, calls, |i| {
-            bind_io(&mut step, &p, &ios[i % 4])?;
+            p.bind(&mut step, &ios[i % 4])?;
             Ok(step.run()?)
         })?;
         t.entry("graph-rt, fresh cache").or_default().push(x);
@@ -640,7 +523,7 @@ fn speed(on: &CandleStream, model: &Llama) -> R<bool> {
                 next: nexts[i].clone(),
                 ..ios[0].clone()
             };
-            bind_io(&mut step, &p, &g)?;
+            p.bind(&mut step, &g)?;
             step.run()?;
             prev = nexts[i].clone();
         }
@@ -694,11 +577,11 @@ fn serve(on: &CandleStream, model: &Llama) -> R<bool> {
     let (mut one, mut many) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         one.push(time_calls(on, calls, |_| {
-            bind_io(&mut step, &p, &ios[0])?;
+            p.bind(&mut step, &ios[0])?;
             Ok(step.run()?)
         })?);
         many.push(time_calls(on, calls, |i| {
-            bind_io(&mut step, &p, &ios[i % sequences])?;
+            p.bind(&mut step, &ios[i % sequences])?;
             Ok(step.run()?)
         })?);
     }
@@ -780,7 +663,7 @@ fn long(on: &CandleStream, model: &Llama) -> R<bool> {
             pos: positions[i].clone(),
             ..ours.clone()
         };
-        bind_io(&mut step, &p, &g)?;
+        p.bind(&mut step, &g)?;
         step.run()?;
         if i == 99 {
             // The same 100 calls eagerly, on the eager caches, then the 100th outputs compared.

@@ -17,8 +17,10 @@
 //!   driver's code where candle's error holds one.
 //!
 //! [`porting`] says what a candle model must do differently to be captured once and rebound
-//! every call; [`llama`] is a Llama-style decoder written both ways.
+//! every call; [`llama`] is a Llama-style decoder written both ways, [`decode`] its decode step
+//! as a graph-rt step.
 
+pub mod decode;
 pub mod llama;
 pub mod porting;
 
