@@ -858,14 +858,32 @@ fn changed(reason: String) -> Error {
 }
 
 /// Whether `e` is a capture's failure (rather than the closure's own error, which the eager
-/// run would have met first).
-/// A capture the step cannot replay as captured: the capture failed, a copy or set node reads
-/// or writes a declared buffer, or its memory nodes break CUDA's rules for them (see
-/// `memory`): the step runs eagerly then, unless [`StepOptions::fail_on_capture_error`].
+/// run would have met first): a capture the step cannot replay as captured — the capture
+/// failed, a framework's call that ran eagerly failed in it (candle's refusals carry no
+/// driver code), a copy reaches past a declared buffer's declared length, or its memory nodes
+/// break CUDA's rules for them (see `memory`). The step runs eagerly then, unless
+/// [`StepOptions::fail_on_capture_error`].
 fn is_capture_failure(e: &Error) -> bool {
     e.is_capture_error()
+        || matches!(e, Error::Framework { .. })
         || matches!(
             e.misuse_kind(),
             Some(Misuse::ParamCopied | Misuse::FreedInCapture | Misuse::AllocationKept { .. })
         )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_capture_failure;
+    use crate::error::{Error, Misuse};
+
+    #[test]
+    fn a_frameworks_error_in_a_capture_is_the_captures_failure_and_the_closures_own_is_not() {
+        let refused = std::io::Error::other("h2d param cache miss during CUDA graph capture");
+        assert!(is_capture_failure(&Error::framework("candle", None, refused)));
+        let copied = Error::misuse("Step::new", Misuse::ParamCopied, "past the declared length");
+        assert!(is_capture_failure(&copied));
+        let own = Error::misuse("StepScope::buffer", Misuse::UnknownParam, "another step's");
+        assert!(!is_capture_failure(&own));
+    }
 }
