@@ -102,13 +102,18 @@ impl Drop for GuardAfterDevice {
     /// Where the wait fails (or gives up on a capture that does not end), the guard is leaked:
     /// its owner would free memory the device may still use.
     fn drop(&mut self) {
+        let mut guard = self.1.take();
         let r = self.0.bind().and_then(|_| {
             whole_context_wait(self.0.raw() as usize, || {
                 // SAFETY: the context is current.
-                unsafe { cu!(cuCtxSynchronize()) }
+                unsafe { cu!(cuCtxSynchronize()) }?;
+                // Dropped before any capture of the context begins: the owner's drop may
+                // enqueue on one of its streams (candle's tensor frees in stream order), which
+                // a capture beginning meanwhile would take in.
+                drop(guard.take());
+                Ok(())
             })
         });
-        let guard = self.1.take();
         if r.is_err() {
             std::mem::forget(guard);
         }
