@@ -20,6 +20,6 @@ pub use graph::{Graph, GraphAllocation, MemoryNode};
 pub use identity::CapturedNode;
 pub use node::{Edge, EdgeKind, Node, NodeKind};
 pub(crate) use raw_node::{
-    kernel_node_params, make_device_updatable, node_type, CopyNodeParams, Operand,
+    kernel_node_params, make_device_updatable, node_type, CopyNodeParams, DeviceOperand, Operand,
 };
 pub use update::{ExecUpdate, UpdateFailure, UpdateFailureKind};

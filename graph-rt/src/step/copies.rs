@@ -13,7 +13,9 @@
 use super::params::Bound;
 use crate::discover::Dynamic;
 use crate::error::{Error, Misuse, Result};
-use crate::graph::{CopyNodeParams, Graph, GraphExec, Node, NodeKind, Operand};
+use crate::graph::{
+    CopyNodeParams, DeviceOperand, Graph, GraphAllocation, GraphExec, Node, NodeKind, Operand,
+};
 use crate::table::ArgTable;
 
 /// A copy or set node with operands in declared buffers.
@@ -59,6 +61,94 @@ fn changed(reason: String) -> Error {
     Error::misuse("Step::new", Misuse::StepChanged, reason)
 }
 
+/// Where a copy's operand lies, told from its two captures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The same memory at every replay: the same address in both captures, or the same offset
+    /// into memory each capture allocated itself (each graph keeps its own).
+    Fixed,
+    /// In declared buffer `buffer`, its base address `interior` bytes from the buffer's.
+    Declared { buffer: usize, interior: u64 },
+}
+
+/// What tells the operands of the two captures apart.
+struct Captures<'a> {
+    /// The buffers bound in the first capture, of their declared lengths.
+    dyn_first: &'a [Dynamic],
+    /// The second capture's stand-ins, whole.
+    stand_ins: Vec<Dynamic>,
+    /// The memory each capture allocated itself, in node order.
+    own_first: Vec<GraphAllocation>,
+    own_second: Vec<GraphAllocation>,
+}
+
+impl Captures<'_> {
+    /// Where operand `a` of copy node `index` (as the first capture has it; `b` as the
+    /// second) lies: a declared buffer's operand must lie at the same offset into the buffer
+    /// bound and into the stand-in, within the declared length
+    /// ([`Misuse::ParamCopied`] past it); any other must be the same memory at every replay.
+    fn place(&self, index: usize, a: &DeviceOperand, b: &DeviceOperand) -> Result<Place> {
+        let start = b.range.0;
+        if a.operand != b.operand || a.range.1 != b.range.1 {
+            return Err(changed(format!(
+                "copy node {index} copies other operands or lengths in the two captures"
+            )));
+        }
+        let Some(k) = self
+            .stand_ins
+            .iter()
+            .position(|s| start >= s.base && start - s.base < s.len)
+        else {
+            if a == b || self.internal(a.range.0, b.range.0) {
+                return Ok(Place::Fixed);
+            }
+            return Err(changed(format!(
+                "an operand of copy node {index} differs between the two captures and is neither a declared buffer nor memory the capture allocated: declare it, or keep it the same each run"
+            )));
+        };
+        let declared = self.dyn_first[k];
+        let interior = b.base.wrapping_sub(self.stand_ins[k].base);
+        if a.base != declared.base.wrapping_add(interior)
+            || a.range.0.wrapping_sub(declared.base) != start - self.stand_ins[k].base
+        {
+            return Err(changed(format!(
+                "an operand of copy node {index} lies in declared buffer {k} at different offsets in the two captures"
+            )));
+        }
+        let (first_byte, bytes) = a.range;
+        if first_byte < declared.base || first_byte - declared.base + bytes > declared.len {
+            return Err(Error::misuse(
+                "Step::new",
+                Misuse::ParamCopied,
+                format!(
+                    "copy or set node {index} covers bytes of declared buffer {k} past its declared length ({} bytes): a later binding need only be that long; declare the buffer as long as the copy",
+                    declared.len
+                ),
+            ));
+        }
+        Ok(Place::Declared {
+            buffer: k,
+            interior,
+        })
+    }
+
+    /// Whether `a` and `b` lie at the same offset into the same allocation of each capture
+    /// (paired in node order, of one size, as discovery pairs them).
+    fn internal(&self, a: u64, b: u64) -> bool {
+        let at = |own: &[GraphAllocation], x: u64| {
+            own.iter()
+                .position(|m| x >= m.ptr && x - m.ptr < m.bytes as u64)
+                .map(|k| (k, x - own[k].ptr))
+        };
+        match (at(&self.own_first, a), at(&self.own_second, b)) {
+            (Some((ka, da)), Some((kb, db))) => {
+                ka == kb && da == db && self.own_first[ka].bytes == self.own_second[kb].bytes
+            }
+            _ => false,
+        }
+    }
+}
+
 impl CopyRebinds {
     /// The copies and sets of `first` (its `nodes`, of `kinds`) over the buffers bound then
     /// (`dyn_first`, of the declared lengths; `slots[k]`: buffer `k`'s table slot), checked
@@ -88,6 +178,18 @@ impl CopyRebinds {
                 other.len()
             )));
         }
+        let captures = Captures {
+            dyn_first,
+            stand_ins: stand_ins
+                .iter()
+                .map(|s| Dynamic {
+                    base: s.base,
+                    len: s.bytes as u64,
+                })
+                .collect(),
+            own_first: first.mem_alloc_ranges()?,
+            own_second: second.mem_alloc_ranges()?,
+        };
         for (index, ((node, kind), twin)) in nodes.iter().zip(kinds).zip(&other).enumerate() {
             if !matches!(kind, NodeKind::Memcpy | NodeKind::Memset) {
                 continue;
@@ -107,51 +209,21 @@ impl CopyRebinds {
                 )));
             }
             let mut moved = Vec::new();
-            for (range, (a, b)) in oa.iter().zip(&ob).enumerate() {
-                let start = b.range.0;
-                let Some(k) = stand_ins
-                    .iter()
-                    .position(|s| start >= s.base && start - s.base < s.bytes as u64)
-                else {
-                    if a != b {
-                        return Err(changed(format!(
-                            "an operand of copy node {index} differs between the two captures and is no declared buffer: declare it, or keep it the same each run"
-                        )));
-                    }
+            for (range, (oa, ob)) in oa.iter().zip(&ob).enumerate() {
+                let Place::Declared { buffer, interior } = captures.place(index, oa, ob)? else {
                     continue;
                 };
-                let declared = dyn_first[k];
-                let interior = b.base.wrapping_sub(stand_ins[k].base);
-                if a.base != declared.base.wrapping_add(interior)
-                    || a.range.0.wrapping_sub(declared.base) != start - stand_ins[k].base
-                    || a.range.1 != b.range.1
-                {
-                    return Err(changed(format!(
-                        "an operand of copy node {index} lies in declared buffer {k} at different offsets, or covers other lengths, in the two captures"
-                    )));
-                }
-                let (first_byte, bytes) = a.range;
-                if first_byte < declared.base || first_byte - declared.base + bytes > declared.len {
-                    return Err(Error::misuse(
-                        "Step::new",
-                        Misuse::ParamCopied,
-                        format!(
-                            "copy or set node {index} covers bytes of declared buffer {k} past its declared length ({} bytes): a later binding need only be that long; declare the buffer as long as the copy",
-                            declared.len
-                        ),
-                    ));
-                }
                 moved.push(Moved {
-                    operand: a.operand,
-                    buffer: k,
-                    slot: slots[k],
+                    operand: oa.operand,
+                    buffer,
+                    slot: slots[buffer],
                     interior,
                 });
                 ranges.push(RangePatch {
                     node: index,
                     range,
-                    buffer: k,
-                    interior: first_byte - declared.base,
+                    buffer,
+                    interior: oa.range.0 - dyn_first[buffer].base,
                 });
             }
             if !moved.is_empty() {
@@ -219,5 +291,107 @@ impl CopyRebinds {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Captures, Place};
+    use crate::discover::Dynamic;
+    use crate::error::Misuse;
+    use crate::graph::{DeviceOperand, GraphAllocation, Operand};
+
+    /// Declared buffer 0: 0x1000 bytes bound at 0x10_0000, the stand-in (0x1000 bytes) at
+    /// 0x20_0000; one allocation of each capture, at 0xa0_0000 and 0xb0_0000.
+    fn captures() -> Captures<'static> {
+        const DECLARED: &[Dynamic] = &[Dynamic {
+            base: 0x10_0000,
+            len: 0x1000,
+        }];
+        Captures {
+            dyn_first: DECLARED,
+            stand_ins: vec![Dynamic {
+                base: 0x20_0000,
+                len: 0x1000,
+            }],
+            own_first: vec![GraphAllocation {
+                ptr: 0xa0_0000,
+                bytes: 0x800,
+            }],
+            own_second: vec![GraphAllocation {
+                ptr: 0xb0_0000,
+                bytes: 0x800,
+            }],
+        }
+    }
+
+    fn source(base: u64, offset: u64, bytes: u64) -> DeviceOperand {
+        DeviceOperand {
+            operand: Operand::Source,
+            base,
+            range: (base + offset, bytes),
+        }
+    }
+
+    #[test]
+    fn an_operand_in_a_declared_buffer_at_the_same_offset_in_both_captures_is_rebound() {
+        let c = captures();
+        let (a, b) = (
+            source(0x10_0100, 0x40, 0x100),
+            source(0x20_0100, 0x40, 0x100),
+        );
+        assert_eq!(
+            c.place(3, &a, &b).unwrap(),
+            Place::Declared {
+                buffer: 0,
+                interior: 0x100
+            }
+        );
+    }
+
+    #[test]
+    fn the_captures_own_memory_and_fixed_memory_stay_as_captured() {
+        let c = captures();
+        // The k-th allocation of each capture, at the same offset.
+        let (a, b) = (
+            source(0xa0_0000, 0x10, 0x100),
+            source(0xb0_0000, 0x10, 0x100),
+        );
+        assert_eq!(c.place(1, &a, &b).unwrap(), Place::Fixed);
+        // The same address in both: a buffer the step does not declare.
+        let f = source(0x50_0000, 0, 0x100);
+        assert_eq!(c.place(1, &f, &f).unwrap(), Place::Fixed);
+    }
+
+    #[test]
+    fn operands_the_bindings_do_not_explain_are_refused() {
+        let c = captures();
+        let changed = |a: &DeviceOperand, b: &DeviceOperand| {
+            c.place(2, a, b).unwrap_err().misuse_kind().cloned()
+        };
+        // Another offset into the declared buffer in the second capture.
+        let (a, b) = (source(0x10_0100, 0, 0x100), source(0x20_0200, 0, 0x100));
+        assert_eq!(changed(&a, &b), Some(Misuse::StepChanged));
+        // Another length.
+        let (a, b) = (source(0x10_0100, 0, 0x100), source(0x20_0100, 0, 0x200));
+        assert_eq!(changed(&a, &b), Some(Misuse::StepChanged));
+        // Memory that moved and is neither declared nor the captures' own.
+        let (a, b) = (source(0x50_0000, 0, 0x100), source(0x60_0000, 0, 0x100));
+        assert_eq!(changed(&a, &b), Some(Misuse::StepChanged));
+        // The captures' own allocations at other offsets.
+        let (a, b) = (
+            source(0xa0_0000, 0x10, 0x100),
+            source(0xb0_0000, 0x20, 0x100),
+        );
+        assert_eq!(changed(&a, &b), Some(Misuse::StepChanged));
+    }
+
+    #[test]
+    fn an_operand_past_the_declared_length_is_refused_as_copied() {
+        let c = captures();
+        // 0x100 bytes from 0xf80: past the declared 0x1000.
+        let (a, b) = (source(0x10_0f80, 0, 0x100), source(0x20_0f80, 0, 0x100));
+        let e = c.place(0, &a, &b).unwrap_err();
+        assert_eq!(e.misuse_kind(), Some(&Misuse::ParamCopied), "{e}");
     }
 }

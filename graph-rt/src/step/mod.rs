@@ -880,7 +880,9 @@ mod tests {
     #[test]
     fn a_frameworks_error_in_a_capture_is_the_captures_failure_and_the_closures_own_is_not() {
         let refused = std::io::Error::other("h2d param cache miss during CUDA graph capture");
-        assert!(is_capture_failure(&Error::framework("candle", None, refused)));
+        assert!(is_capture_failure(&Error::framework(
+            "candle", None, refused
+        )));
         let copied = Error::misuse("Step::new", Misuse::ParamCopied, "past the declared length");
         assert!(is_capture_failure(&copied));
         let own = Error::misuse("StepScope::buffer", Misuse::UnknownParam, "another step's");
