@@ -21,6 +21,16 @@
 //! kernel (`slice_set`); a tensor made in the closure and kept after it is a graph allocation
 //! that outlives the graph, which a capture refuses.
 //!
+//! # The closure keeps no state between runs
+//!
+//! The closure runs eagerly once, then in captures whose work never runs: a tensor it makes
+//! is, in a capture, memory the graph maps during its replays only. So nothing made in a run
+//! may outlive it (a KV cache grown by `cat` and stored, a running total replaced each run),
+//! and nothing made before the step may be dropped in it (its free would be the capture's).
+//! The step refuses such a capture and runs eagerly ([`graph_rt::Misuse::AllocationKept`],
+//! [`graph_rt::Misuse::FreedInCapture`], or candle's error), but what the closure stored from
+//! the capture is then memory no replay maps: state lives in declared buffers.
+//!
 //! # The position lives on the device
 //!
 //! candle's examples pass the decode position as a host `usize`: `cos.narrow(0, pos, 1)` and a
