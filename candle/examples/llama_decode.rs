@@ -79,20 +79,9 @@ fn main() -> ExitCode {
 }
 
 fn config(small: bool) -> Config {
-    let full = Config::llama_8x2048();
-    if small {
-        Config {
-            layers: 2,
-            dim: 256,
-            heads: 8,
-            kv_heads: 2,
-            ffn: 704,
-            vocab: 1024,
-            cache: 1024,
-            ..full
-        }
-    } else {
-        full
+    match small {
+        true => Config::small(),
+        false => Config::llama_8x2048(),
     }
 }
 

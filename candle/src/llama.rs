@@ -50,6 +50,21 @@ impl Config {
         }
     }
 
+    /// Two layers of the same shape, small (hidden 256, 8 heads, 2 key-value heads, MLP 704,
+    /// vocabulary 1024, a 256-position cache): for tests and quick runs.
+    pub const fn small() -> Self {
+        Self {
+            layers: 2,
+            dim: 256,
+            heads: 8,
+            kv_heads: 2,
+            ffn: 704,
+            vocab: 1024,
+            cache: 256,
+            ..Self::llama_8x2048()
+        }
+    }
+
     /// Each head's size.
     pub const fn head_dim(&self) -> usize {
         self.dim / self.heads

@@ -27,15 +27,7 @@ fn a_copy_of_a_declared_candle_tensor_follows_the_tensor_bound_every_call() {
     let fresh = || Tensor::rand(-1f32, 1f32, (ROWS, COLS), &dev).unwrap();
     let zeros = || Tensor::zeros((ROWS, COLS), DType::F32, &dev).unwrap();
     let bias = Tensor::rand(0f32, 1f32, COLS, &dev).unwrap();
-    let mut p = StepParams::new(&ctx, 4).unwrap();
-    let (x, y) = (
-        p.buffer::<f32>(ROWS * COLS).unwrap(),
-        p.buffer::<f32>(ROWS * COLS).unwrap(),
-    );
-    p.bind(&x, &buffer_of(on.stream(), &fresh()).unwrap())
-        .unwrap();
-    p.bind(&y, &buffer_of(on.stream(), &zeros()).unwrap())
-        .unwrap();
+    let (p, x, y) = super::xy(&on, ROWS, COLS);
     let mut step = Step::new(on.stream(), p, StepOptions::default(), |s| {
         let _cache = on.cuda_device()?.enable_cuda_graph_htod_cache();
         // SAFETY: the tensors over x and y, and what shares their storage, live in this run only.

@@ -19,20 +19,6 @@ use graph_rt_candle::CandleStream;
 const BATCH: usize = 2;
 const SEED: u64 = 1234;
 
-/// Two layers of the decode model's shape, small.
-fn config() -> Config {
-    Config {
-        layers: 2,
-        dim: 256,
-        heads: 8,
-        kv_heads: 2,
-        ffn: 704,
-        vocab: 512,
-        cache: 128,
-        ..Config::llama_8x2048()
-    }
-}
-
 /// Calls: 1000, or a few under a compute-sanitizer (`GRAPH_RT_SANITIZER`, set by `run.sh`).
 fn calls() -> usize {
     match std::env::var_os("GRAPH_RT_SANITIZER") {
@@ -144,7 +130,7 @@ fn is_cublas(name: &str) -> bool {
 fn two_llama_blocks_in_candle_are_rebound_every_call_and_equal_candle_eager() {
     let on = CandleStream::new(0).unwrap();
     let ctx = on.stream().context().clone();
-    let cfg = config();
+    let cfg = Config::small();
     let model = Llama::new(cfg, DType::F32, SEED, on.device()).unwrap();
     let first = DecodeIo::new(&model, BATCH, model.static_cache(BATCH).unwrap()).unwrap();
     let (sp, gp) = DecodeParams::<f32>::declare(&on, &model, &first).unwrap();
@@ -234,7 +220,7 @@ fn two_llama_blocks_in_candle_are_rebound_every_call_and_equal_candle_eager() {
 #[ignore = "needs a CUDA GPU"]
 fn two_llama_blocks_in_candle_alone_control() {
     let on = CandleStream::new(0).unwrap();
-    let cfg = config();
+    let cfg = Config::small();
     let model = Llama::new(cfg, DType::F32, SEED, on.device()).unwrap();
     for call in 0..calls() {
         let io = fresh(&model, call, ((call * 37 + 11) % cfg.cache) as u32);

@@ -3,8 +3,8 @@
 //! bit for bit, to the same closure run eagerly.
 
 use candle_core::Tensor;
-use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepParams, StepScope, Validated};
-use graph_rt_candle::{bind, buffer_of, error, tensor, CandleStream};
+use graph_rt::step::{Buf, Step, StepMode, StepOptions, StepScope, Validated};
+use graph_rt_candle::{bind, error, tensor, CandleStream};
 
 const ROWS: usize = 64;
 const COLS: usize = 256;
@@ -42,18 +42,7 @@ fn a_small_candle_step_is_rebound_every_call_and_equals_candle_eager() {
     let ctx = on.stream().context().clone();
     let fresh = || Tensor::rand(-1f32, 1f32, (ROWS, COLS), &dev).unwrap();
     let zeros = || Tensor::zeros((ROWS, COLS), candle_core::DType::F32, &dev).unwrap();
-    let declare = || {
-        let mut p = StepParams::new(&ctx, 4).unwrap();
-        let (x, y) = (
-            p.buffer::<f32>(ROWS * COLS).unwrap(),
-            p.buffer::<f32>(ROWS * COLS).unwrap(),
-        );
-        p.bind(&x, &buffer_of(on.stream(), &fresh()).unwrap())
-            .unwrap();
-        p.bind(&y, &buffer_of(on.stream(), &zeros()).unwrap())
-            .unwrap();
-        (p, x, y)
-    };
+    let declare = || super::xy(&on, ROWS, COLS);
     let (p, gx, gy) = declare();
     let mut graphed =
         Step::new(on.stream(), p, StepOptions::default(), body(&on, &gx, &gy)).unwrap();
