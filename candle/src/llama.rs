@@ -137,10 +137,12 @@ impl GrowingCache {
 
 impl Llama {
     /// Llama's initialisation: every matrix normal with std 0.02 from candle's generator,
-    /// seeded with `seed` (so the same seed gives the same weights); norms at one. Made in f32,
-    /// then cast to `dtype`.
+    /// seeded with `seed` on a GPU (the same seed gives the same weights; candle's CPU generator
+    /// takes no seed); norms at one. Made in f32, then cast to `dtype`.
     pub fn new(cfg: Config, dtype: DType, seed: u64, dev: &Device) -> Result<Self> {
-        dev.set_seed(seed)?;
+        if dev.is_cuda() {
+            dev.set_seed(seed)?;
+        }
         let matrix = |rows: usize, cols: usize| -> Result<Tensor> {
             Tensor::randn(0f32, 0.02, (rows, cols), dev)?.to_dtype(dtype)
         };
@@ -405,4 +407,78 @@ fn repeat_kv(x: &Tensor, n_rep: usize) -> Result<Tensor> {
     }
     let (b, kv, s, d) = x.dims4()?;
     Tensor::cat(&vec![x; n_rep], 2)?.reshape((b, kv * n_rep, s, d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Config, GrowingCache, Llama};
+    use candle_core::{DType, Device, Tensor, D};
+
+    /// The capture-safe form computes what candle's natural form does (on the CPU, in f32):
+    /// the cache row written by `scatter_set` at the position on the device, the attention over
+    /// the whole cache with the later rows masked, the grouped heads without repeating the
+    /// cache, the greedy token.
+    #[test]
+    fn the_capture_safe_form_computes_what_the_natural_form_does() {
+        let dev = Device::Cpu;
+        let cfg = Config {
+            layers: 2,
+            dim: 64,
+            heads: 4,
+            kv_heads: 2,
+            ffn: 96,
+            vocab: 50,
+            cache: 16,
+            ..Config::small()
+        };
+        let model = Llama::new(cfg, DType::F32, 0, &dev).unwrap();
+        let batch = 3;
+        let caches = model.static_cache(batch).unwrap();
+        let mut natural = GrowingCache::default();
+        let logits = Tensor::zeros((batch, cfg.vocab), DType::F32, &dev).unwrap();
+        let next = Tensor::zeros(batch, DType::U32, &dev).unwrap();
+        for pos in 0..12usize {
+            let ids: Vec<u32> = (0..batch)
+                .map(|b| ((pos * 7 + b * 13) % cfg.vocab) as u32)
+                .collect();
+            let tokens = Tensor::new(ids.as_slice(), &dev).unwrap();
+            let at = Tensor::new(&[pos as u32], &dev).unwrap();
+            model
+                .forward_static_greedy(&tokens, &at, &caches, &logits, &next)
+                .unwrap();
+            let want = model.forward_natural(&tokens, pos, &mut natural).unwrap();
+            assert_eq!(natural.len(), pos + 1);
+            let diff = (&logits - &want)
+                .unwrap()
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            let scale = want
+                .abs()
+                .unwrap()
+                .max_all()
+                .unwrap()
+                .to_scalar::<f32>()
+                .unwrap();
+            assert!(
+                scale > 1e-3 && diff <= 1e-4 * scale,
+                "position {pos}: {diff} (logits up to {scale})"
+            );
+            let greedy = want.argmax(D::Minus1).unwrap().to_vec1::<u32>().unwrap();
+            assert_eq!(next.to_vec1::<u32>().unwrap(), greedy, "position {pos}");
+        }
+        // The cache rows after the last position were never written.
+        let (k, _) = &caches[0];
+        let tail = k
+            .narrow(2, 12, cfg.cache - 12)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .sum_all()
+            .unwrap();
+        assert_eq!(tail.to_scalar::<f32>().unwrap(), 0.0);
+    }
 }
