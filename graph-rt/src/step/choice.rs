@@ -24,7 +24,7 @@ pub struct MixReport {
     /// else the prelude everywhere.
     pub written: Mix,
     /// The mix the step applies: `written`, or host updates when the model predicts them
-    /// fastest.
+    /// fastest or the step has copies over declared buffers to point from the host.
     pub applied: Mix,
     /// The model's prediction of every mix over the step's kernels, in launch order.
     pub predicted: Vec<MixPrediction>,

@@ -420,7 +420,7 @@ where
         }
         let kernel_nodes = snapshots.len();
         let patched_words = discovery.patches.len();
-        let mix = match &options.cost_model {
+        let mut mix = match &options.cost_model {
             Some(model) => {
                 let refresh = self.params.table.refresh_function().as_raw() as usize;
                 let kinds = choice::kinds(&snapshots, &launched, refresh);
@@ -433,6 +433,11 @@ where
         // Copies are pointed at their buffers from the host, which a graph with
         // device-updatable nodes allows only between launches (each update would wait for the
         // last launch): the foreign kernels' words are rewritten from the host too.
+        if !copies.is_empty() {
+            if let Some(m) = &mut mix {
+                m.applied = Mix::HostUpdates;
+            }
+        }
         if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) || !copies.is_empty() {
             prelude_options.host_only = true;
         }
