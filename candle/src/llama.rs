@@ -448,21 +448,15 @@ mod tests {
                 .unwrap();
             let want = model.forward_natural(&tokens, pos, &mut natural).unwrap();
             assert_eq!(natural.len(), pos + 1);
-            let diff = (&logits - &want)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
-            let scale = want
-                .abs()
-                .unwrap()
-                .max_all()
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let max_abs = |t: &Tensor| {
+                t.abs()
+                    .unwrap()
+                    .max_all()
+                    .unwrap()
+                    .to_scalar::<f32>()
+                    .unwrap()
+            };
+            let (diff, scale) = (max_abs(&(&logits - &want).unwrap()), max_abs(&want));
             assert!(
                 scale > 1e-3 && diff <= 1e-4 * scale,
                 "position {pos}: {diff} (logits up to {scale})"

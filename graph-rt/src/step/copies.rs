@@ -20,8 +20,6 @@ use crate::table::ArgTable;
 
 /// A copy or set node with operands in declared buffers.
 struct Rebased {
-    /// Its place among the graph's nodes.
-    index: usize,
     node: Node,
     /// As captured.
     params: CopyNodeParams,
@@ -232,7 +230,6 @@ impl CopyRebinds {
                     .map(|m| dyn_first[m.buffer].base.wrapping_add(m.interior))
                     .collect();
                 copies.push(Rebased {
-                    index,
                     node: *node,
                     params: a,
                     moved,
@@ -246,17 +243,6 @@ impl CopyRebinds {
     /// Whether no copy or set reaches a declared buffer.
     pub(super) fn is_empty(&self) -> bool {
         self.copies.is_empty()
-    }
-
-    /// The same copies in `nodes`, another capture of the same work with the same bindings
-    /// (node `i` of it is node `i` of the capture they were found in).
-    pub(super) fn renode(&mut self, nodes: &[Node]) -> Result<()> {
-        for c in &mut self.copies {
-            c.node = *nodes.get(c.index).ok_or_else(|| {
-                changed("the capture made again has fewer nodes than the first".to_owned())
-            })?;
-        }
-        Ok(())
     }
 
     /// Points every copy whose buffers `table` now binds elsewhere at them, before a launch of

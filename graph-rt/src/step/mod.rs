@@ -399,7 +399,7 @@ where
             .iter()
             .map(|p| p.slot.index() as u32)
             .collect();
-        let (mut copies, copied_ranges) = CopyRebinds::find(
+        let (copies, copied_ranges) = CopyRebinds::find(
             &first, &nodes, &kinds, &second, dyn_first, &stand_ins, &slots,
         )?;
         drop((second, stand_ins));
@@ -433,13 +433,11 @@ where
         // Copies are pointed at their buffers from the host, which a graph with
         // device-updatable nodes allows only between launches (each update would wait for the
         // last launch): the foreign kernels' words are rewritten from the host too.
-        if !copies.is_empty() {
+        if !copies.is_empty() || mix.as_ref().is_some_and(|m| m.applied == Mix::HostUpdates) {
+            prelude_options.host_only = true;
             if let Some(m) = &mut mix {
                 m.applied = Mix::HostUpdates;
             }
-        }
-        if mix.as_ref().map(|m| m.applied) == Some(Mix::HostUpdates) || !copies.is_empty() {
-            prelude_options.host_only = true;
         }
         let fingerprint = choice::fingerprint(&snapshots, &kinds);
         let sigs = validate::sigs_of(&first, &nodes, &kinds, &snapshots)?;
@@ -501,8 +499,8 @@ where
                 again.note_memory_nodes();
                 let snapshots = crate::discover::kernel_snapshots(&again)?;
                 let sigs = validate::read_sigs(&again)?;
+                // No copies here: a step with copies rewrites from the host from the start.
                 signature = Signature::new(sigs, discovery.patches.clone(), copied_ranges);
-                copies.renode(&again.nodes()?)?;
                 let host = PreludeOptions {
                     host_only: true,
                     ..prelude_options
